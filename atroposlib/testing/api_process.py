@@ -1,0 +1,129 @@
+"""Start and stop a real trajectory API (``run-api``) process for tests and tools.
+
+The process listens on loopback only, is waited for through ``GET /info`` (the readiness probe)
+and is stopped by its own pid, never by name or port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+
+def free_port() -> int:
+    """Return a TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ApiProcess:
+    """A running ``python -m atroposlib.cli.run_api`` subprocess."""
+
+    port: int
+    data_dir: Path
+    args: list[str]
+    log_path: Path
+    api_key: str | None = None
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def start(self, timeout: float = 30.0) -> ApiProcess:
+        """Start the server and block until ``GET /info`` answers 200 (RuntimeError on failure)."""
+        cmd = [
+            sys.executable, "-m", "atroposlib.cli.run_api",
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--data-dir", str(self.data_dir), *self.args,
+        ]  # fmt: skip
+        env = dict(os.environ)
+        if self.api_key:
+            env["ATROPOS_API_KEY"] = self.api_key
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process for its lifetime
+        self.proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"run-api exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if requests.get(f"{self.url}/info", headers=self.headers(), timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"run-api did not become ready in {timeout} s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def kill9(self) -> None:
+        """Kill the server with SIGKILL (simulates a crash) and reap it."""
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server with SIGTERM (SIGKILL after ``timeout``) by its own pid."""
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+
+@contextlib.contextmanager
+def launch_api(
+    args: Sequence[str] = (),
+    *,
+    data_dir: str | Path | None = None,
+    port: int | None = None,
+    api_key: str | None = None,
+    timeout: float = 30.0,
+) -> Iterator[ApiProcess]:
+    """Run a real trajectory API for the duration of the ``with`` block.
+
+    ``data_dir`` defaults to a fresh temporary directory (removed afterwards); ``args`` are extra
+    ``run-api`` flags such as ``["--store", "memory"]``.
+    """
+    with contextlib.ExitStack() as stack:
+        if data_dir is None:
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="atropos-api-"))
+        data_dir = Path(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        api = ApiProcess(
+            port=port or free_port(),
+            data_dir=data_dir,
+            args=list(args),
+            log_path=data_dir / "run-api.log",
+            api_key=api_key,
+        )
+        api.start(timeout=timeout)
+        try:
+            yield api
+        finally:
+            api.stop()

