@@ -1,0 +1,337 @@
+"""Configuration layering for the environment CLI: ``config_init()`` < ``--config`` YAML < flags.
+
+Pure functions (no argparse, no environment construction) so each rule is tested directly:
+
+* :func:`load_yaml_config` reads and checks the ``--config`` file (top-level ``env``, ``openai``,
+  ``slurm``, ``testing``; also ``max_n_completions`` and ``proxy_url``);
+* :func:`mode_env_defaults` applies the per-subcommand defaults on top of ``config_init()``;
+* :func:`build_env_config` / :func:`build_manager_config` merge the layers and validate;
+* :func:`resolve_server_configs` decides which inference-server configs the environment gets.
+
+Every problem a user can cause raises :class:`CliUsageError` whose message is one line naming the field.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from atroposlib.utils.cli import merge_dicts
+
+logger = logging.getLogger("atroposlib.envs.cli")
+
+ENV_KEY = "env"
+OPENAI_KEY = "openai"
+MANAGER_KEYS = ("slurm", "testing", "max_n_completions", "proxy_url")
+KNOWN_TOP_LEVEL_KEYS = frozenset({ENV_KEY, OPENAI_KEY, *MANAGER_KEYS})
+MODES = ("serve", "process", "evaluate")
+
+
+class CliUsageError(Exception):
+    """Bad flags or configuration: the message is a single line that names the offending field."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# YAML
+# ---------------------------------------------------------------------------------------------------------
+def load_yaml_config(path: str | Path | None) -> dict[str, Any]:
+    """Load the ``--config`` YAML file and check its shape; ``None`` gives ``{}``.
+
+    Raises :class:`CliUsageError` for a missing/unreadable file, invalid YAML, a top level that is not a
+    mapping, an ``env`` section that is not a mapping, or an ``openai`` section that is neither a mapping
+    nor a list of mappings. Unknown top-level keys are ignored with a warning (files written for other
+    tools keep working).
+    """
+    if path is None:
+        return {}
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CliUsageError(f"--config {path}: file not found")
+    except IsADirectoryError:
+        raise CliUsageError(f"--config {path}: is a directory, expected a YAML file")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliUsageError(f"--config {path}: cannot read file ({exc})")
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CliUsageError(f"--config {path}: invalid YAML: {_yaml_error_text(exc)}")
+    if doc is None:
+        return {}
+    if not isinstance(doc, Mapping):
+        raise CliUsageError(
+            f"--config {path}: expected a mapping with keys env/openai/slurm/testing, got {type(doc).__name__}"
+        )
+    doc = dict(doc)
+    for key in doc:
+        if key not in KNOWN_TOP_LEVEL_KEYS:
+            logger.warning("--config %s: ignoring unknown top-level key %r", path, key)
+    env = doc.get(ENV_KEY)
+    if env is not None and not isinstance(env, Mapping):
+        raise CliUsageError(
+            f"--config {path}: 'env' must be a mapping of field: value, got {type(env).__name__}"
+        )
+    openai = doc.get(OPENAI_KEY)
+    if openai is not None:
+        if isinstance(openai, list):
+            for i, entry in enumerate(openai):
+                if not isinstance(entry, Mapping):
+                    raise CliUsageError(
+                        f"--config {path}: 'openai[{i}]' must be a mapping of field: value, "
+                        f"got {type(entry).__name__}"
+                    )
+        elif not isinstance(openai, Mapping):
+            raise CliUsageError(
+                f"--config {path}: 'openai' must be a mapping or a list of mappings, got {type(openai).__name__}"
+            )
+    return doc
+
+
+def _yaml_error_text(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(exc).split())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Defaults per subcommand
+# ---------------------------------------------------------------------------------------------------------
+def default_wandb_name(env_cls: type) -> str:
+    """The run name used when ``wandb_name`` is unset: the env's ``name`` or its class name."""
+    return getattr(env_cls, "name", None) or env_cls.__name__
+
+
+def default_process_output(env_cls: type) -> str:
+    """Where ``process`` writes its groups unless told otherwise."""
+    return f"data/{getattr(env_cls, 'name', None) or 'groups'}.jsonl"
+
+
+def mode_env_defaults(env_cls: type, mode: str, env_config: BaseModel) -> dict[str, Any]:
+    """Return the env-config defaults for ``mode``: ``config_init()`` values with the mode adjustments.
+
+    * every mode: ``wandb_name`` = ``env_cls.name`` (or the class name) when unset;
+    * ``process``: ``ensure_scores_are_not_same=False``, ``include_messages=True``, ``use_wandb=True``
+      and ``data_path_to_save_groups = data/{name}.jsonl`` when unset;
+    * ``evaluate``: ``use_wandb=True``;
+    * ``serve``: nothing else.
+    Adjustments only touch fields the config class has.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}")
+    fields = type(env_config).model_fields
+    values = {name: getattr(env_config, name) for name in fields}
+    updates: dict[str, Any] = {}
+    if mode == "process":
+        updates = {"ensure_scores_are_not_same": False, "include_messages": True, "use_wandb": True}
+        if values.get("data_path_to_save_groups") is None:
+            updates["data_path_to_save_groups"] = default_process_output(env_cls)
+    elif mode == "evaluate":
+        updates = {"use_wandb": True}
+    if values.get("wandb_name") is None:
+        updates["wandb_name"] = default_wandb_name(env_cls)
+    values.update({k: v for k, v in updates.items() if k in fields})
+    return values
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Validation helpers
+# ---------------------------------------------------------------------------------------------------------
+def format_validation_error(exc: ValidationError, namespace: str, source_of: Any = None) -> str:
+    """One line naming the first failing field, e.g. ``env.group_size: Input should be ... (got 'x', from --config a.yaml)``."""
+    err = exc.errors()[0]
+    loc = [str(part) for part in err.get("loc", ())]
+    field = ".".join([namespace, *loc]) if namespace else ".".join(loc) or "value"
+    message = str(err.get("msg", "invalid value")).rstrip(".")
+    detail = []
+    if "input" in err and err.get("type") != "missing":
+        detail.append(f"got {err['input']!r}")
+    if source_of is not None and loc:
+        source = source_of(loc[0])
+        if source:
+            detail.append(f"from {source}")
+    suffix = f" ({', '.join(detail)})" if detail else ""
+    return f"{field}: {message}{suffix}"
+
+
+def _warn_unknown(keys: Mapping[str, Any], model_cls: type[BaseModel], where: str) -> None:
+    if model_cls.model_config.get("extra") == "allow":
+        return
+    for key in keys:
+        if key not in model_cls.model_fields:
+            logger.warning(
+                "%s: ignoring unknown field %r (not a field of %s)", where, key, model_cls.__name__
+            )
+
+
+def _source_lookup(yaml_keys: Mapping[str, Any], cli_keys: Mapping[str, Any], namespace: str, yaml_path: Any):
+    def source_of(field: str) -> str | None:
+        if field in cli_keys:
+            return f"--{namespace}.{field}" if namespace else f"--{field}"
+        if field in yaml_keys:
+            return f"--config {yaml_path}"
+        return "config_init()"
+
+    return source_of
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Layering
+# ---------------------------------------------------------------------------------------------------------
+def build_env_config(
+    env_cls: type,
+    env_config_cls: type[BaseModel],
+    defaults: Mapping[str, Any],
+    yaml_env: Mapping[str, Any] | None,
+    cli_env: Mapping[str, Any],
+    *,
+    mode: str,
+    yaml_path: Any = None,
+) -> BaseModel:
+    """Merge ``defaults`` < ``yaml_env`` < ``cli_env`` and build ``env_config_cls``.
+
+    Unknown YAML keys are warned about and ignored. After merging, a ``wandb_name`` of ``None`` falls back
+    to the env's name and, in ``process``, a ``data_path_to_save_groups`` of ``None`` to
+    ``data/{name}.jsonl`` (neither ``None`` is usable in that mode). Raises :class:`CliUsageError`
+    naming the field when validation fails.
+    """
+    yaml_env = dict(yaml_env or {})
+    _warn_unknown(yaml_env, env_config_cls, f"--config {yaml_path} env")
+    merged = merge_dicts(defaults, yaml_env, cli_env)
+    fields = env_config_cls.model_fields
+    if "wandb_name" in fields and merged.get("wandb_name") is None:
+        merged["wandb_name"] = default_wandb_name(env_cls)
+    if (
+        mode == "process"
+        and "data_path_to_save_groups" in fields
+        and merged.get("data_path_to_save_groups") is None
+    ):
+        merged["data_path_to_save_groups"] = default_process_output(env_cls)
+    try:
+        return env_config_cls(**merged)
+    except ValidationError as exc:
+        raise CliUsageError(
+            format_validation_error(exc, ENV_KEY, _source_lookup(yaml_env, cli_env, ENV_KEY, yaml_path))
+        )
+
+
+def build_manager_config(
+    manager_cls: type[BaseModel],
+    yaml_doc: Mapping[str, Any],
+    cli_values: Mapping[str, Any],
+    *,
+    yaml_path: Any = None,
+) -> BaseModel:
+    """``ServerManagerConfig`` defaults < top-level YAML keys < flags (``slurm``, ``testing``, ...)."""
+    yaml_values = {k: yaml_doc[k] for k in MANAGER_KEYS if k in yaml_doc}
+    merged = merge_dicts(yaml_values, cli_values)
+    try:
+        return manager_cls(**merged)
+    except ValidationError as exc:
+        raise CliUsageError(
+            format_validation_error(exc, "", _source_lookup(yaml_values, cli_values, "", yaml_path))
+        )
+
+
+def _single_yaml_openai(yaml_openai: Any) -> dict[str, Any] | None:
+    if isinstance(yaml_openai, Mapping):
+        return dict(yaml_openai)
+    if isinstance(yaml_openai, list) and len(yaml_openai) == 1:
+        return dict(yaml_openai[0])
+    return None
+
+
+def _build_openai(
+    openai_cls: type[BaseModel], values: Mapping[str, Any], label: str, source_of: Any = None
+) -> BaseModel:
+    try:
+        return openai_cls(**values)
+    except ValidationError as exc:
+        raise CliUsageError(format_validation_error(exc, label, source_of))
+
+
+def resolve_server_configs(
+    default: Any,
+    yaml_openai: Any,
+    cli_openai: Mapping[str, Any],
+    *,
+    openai_cls: type[BaseModel],
+    baseline_cls: type[BaseModel],
+    yaml_path: Any = None,
+) -> Any:
+    """Decide the inference-server configs from ``config_init()``'s ``default``, YAML and ``--openai.*`` flags.
+
+    * YAML ``openai`` list of >= 2 entries: one config per entry (``--openai.*`` flags are an error);
+    * ``default`` a list of >= 2 configs: used as is (``--openai.*`` flags are an error; a single-server
+      YAML ``openai`` section is ignored with a warning);
+    * ``default`` a single ``APIServerConfig``: a single config of the same class, merged default <
+      YAML < flags (the environment receives the shape its ``config_init`` returned; the server
+      manager uses a single config as given);
+    * ``default`` a plain ``ServerBaseline``: unchanged (automatic server discovery) unless YAML or flags
+      set ``openai`` values, in which case its values are the base of one merged ``APIServerConfig``
+      returned as a one-element list;
+    * ``default`` a list of one config (or anything else): ``[merged config]``.
+    Raises :class:`CliUsageError` naming the field on invalid values.
+    """
+    cli_openai = dict(cli_openai)
+    if isinstance(yaml_openai, list) and len(yaml_openai) == 0:
+        yaml_openai = None
+    multi_yaml = isinstance(yaml_openai, list) and len(yaml_openai) >= 2
+    multi_default = not multi_yaml and isinstance(default, list) and len(default) >= 2
+    if (multi_yaml or multi_default) and cli_openai:
+        count = len(yaml_openai) if multi_yaml else len(default)
+        where = f"--config {yaml_path}" if multi_yaml else "config_init()"
+        flags = ", ".join(f"--openai.{k}" for k in cli_openai)
+        raise CliUsageError(
+            f"{flags}: --openai.* flags cannot be applied when {where} defines {count} servers; "
+            f"set per-server values in the 'openai' list of a --config file"
+        )
+    if multi_yaml:
+        configs = []
+        for i, entry in enumerate(yaml_openai):
+            _warn_unknown(entry, openai_cls, f"--config {yaml_path} openai[{i}]")
+            configs.append(
+                _build_openai(openai_cls, entry, f"openai[{i}]", lambda _f: f"--config {yaml_path}")
+            )
+        return configs
+    if multi_default:
+        if yaml_openai is not None:
+            logger.warning(
+                "--config %s: the single-server 'openai' section is ignored because config_init() defines %d "
+                "servers; give an 'openai' list with one entry per server instead",
+                yaml_path,
+                len(default),
+            )
+        return default
+
+    yaml_single = _single_yaml_openai(yaml_openai) or {}
+    _warn_unknown(yaml_single, openai_cls, f"--config {yaml_path} openai")
+    source_of = _source_lookup(yaml_single, cli_openai, OPENAI_KEY, yaml_path)
+
+    if isinstance(default, baseline_cls) and not isinstance(default, openai_cls):
+        if not yaml_single and not cli_openai:
+            return default
+        base = openai_cls().model_dump()
+        base.update(default.model_dump())
+        return [_build_openai(openai_cls, merge_dicts(base, yaml_single, cli_openai), OPENAI_KEY, source_of)]
+
+    if isinstance(default, openai_cls):
+        merged = merge_dicts(default.model_dump(), yaml_single, cli_openai)
+        return _build_openai(type(default), merged, OPENAI_KEY, source_of)
+
+    if isinstance(default, list) and len(default) == 1 and isinstance(default[0], BaseModel):
+        element = default[0]
+        element_cls = type(element) if isinstance(element, openai_cls) else openai_cls
+        base = openai_cls().model_dump()
+        base.update(element.model_dump())
+        return [_build_openai(element_cls, merge_dicts(base, yaml_single, cli_openai), OPENAI_KEY, source_of)]
+
+    merged = merge_dicts(openai_cls().model_dump(), yaml_single, cli_openai)
+    return [_build_openai(openai_cls, merged, OPENAI_KEY, source_of)]
