@@ -32,7 +32,6 @@ from atroposlib.envs.cli_command import (
     CliRunError,
     ResolvedRun,
     build_command_cls,
-    run_resolved,
 )
 from atroposlib.envs.cli_config import MODES, CliUsageError, format_validation_error
 from atroposlib.envs.cli_values import describe_type, format_default, is_bool_annotation, make_value_parser

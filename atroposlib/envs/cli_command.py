@@ -31,7 +31,6 @@ from atroposlib.envs.cli_config import (
     ENV_KEY,
     MANAGER_KEYS,
     OPENAI_KEY,
-    CliUsageError,
     build_env_config,
     build_manager_config,
     load_yaml_config,
