@@ -1,0 +1,132 @@
+"""Helpers for the tool tests: groups built like an environment's ``process`` output, API setup."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import requests
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GROUP_KEYS = (
+    "tokens", "masks", "scores", "advantages", "ref_logprobs", "messages", "generation_params",
+    "inference_logprobs", "overrides", "group_overrides", "images", "env_id", "distill_token_ids",
+    "distill_logprobs",
+)  # fmt: skip
+
+
+def conversations() -> list[dict[str, Any]]:
+    """The human-readable source of the test groups (prompt, completions, scores, env)."""
+    return json.loads((FIXTURES / "conversations.json").read_text())
+
+
+def _ids(encoded: Any) -> list[int]:
+    # transformers 5 returns a BatchEncoding from apply_chat_template(tokenize=True), 4.x a list
+    if hasattr(encoded, "keys") and "input_ids" in encoded:
+        encoded = encoded["input_ids"]
+    return list(encoded)
+
+
+def make_group(
+    tokenizer: Any,
+    prompt: list[dict[str, Any]],
+    completions: list[str],
+    scores: list[float],
+    *,
+    env_id: int | None = None,
+    images: Any = None,
+) -> dict[str, Any]:
+    """A scored group as ``process`` writes it: ChatML prompt untrained (-100), completions trained."""
+    prompt_ids = _ids(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True))
+    group: dict[str, Any] = {k: None for k in GROUP_KEYS}
+    group.update(tokens=[], masks=[], scores=list(scores), messages=[], env_id=env_id, images=images)
+    for text in completions:
+        completion_ids = tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
+        group["tokens"].append(prompt_ids + completion_ids)
+        group["masks"].append([-100] * len(prompt_ids) + completion_ids)
+        group["messages"].append(prompt + [{"role": "assistant", "content": text}])
+    return group
+
+
+def fixture_groups(tokenizer: Any, env_ids: dict[str, int] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """``[(env_name, group), ...]`` for every conversation of the fixture."""
+    out = []
+    for conv in conversations():
+        env_id = (env_ids or {}).get(conv["env"])
+        out.append(
+            (
+                conv["env"],
+                make_group(tokenizer, conv["prompt"], conv["completions"], conv["scores"], env_id=env_id),
+            )
+        )
+    return out
+
+
+def write_jsonl(path: Path, groups: list[dict[str, Any]]) -> Path:
+    """Write groups one per line, as ``process`` does (env_id dropped)."""
+    with path.open("w") as fh:
+        for g in groups:
+            fh.write(json.dumps({k: v for k, v in g.items() if k != "env_id"}) + "\n")
+    return path
+
+
+def png_data(color: tuple[int, int, int] = (200, 30, 30), size: tuple[int, int] = (24, 16)) -> bytes:
+    """A small solid-colour PNG."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def png_data_uri(**kwargs: Any) -> str:
+    return "data:image/png;base64," + base64.b64encode(png_data(**kwargs)).decode()
+
+
+class LiveRun:
+    """Drives a real run-api like a trainer and envs would, and snapshots its state."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+        self.url = api.url
+        self.headers = api.headers()
+
+    def get(self, path: str, **kw: Any) -> Any:
+        r = requests.get(self.url + path, headers=self.headers, timeout=10, **kw)
+        r.raise_for_status()
+        return r.json()
+
+    def post(self, path: str, body: Any) -> Any:
+        r = requests.post(self.url + path, json=body, headers=self.headers, timeout=10)
+        r.raise_for_status()
+        return r.json()
+
+    def register_trainer(
+        self, batch_size: int = 64, wandb_group: str = "grp", wandb_project: str = "proj"
+    ) -> None:
+        self.post(
+            "/register",
+            {
+                "wandb_group": wandb_group, "wandb_project": wandb_project, "batch_size": batch_size,
+                "max_token_len": 2048, "checkpoint_dir": "ck", "save_checkpoint_interval": 10,
+                "starting_step": 0, "num_steps": 100,
+            },
+        )  # fmt: skip
+        self.get("/batch")  # the trainer's first poll starts the run (envs may register after it)
+
+    def register_env(self, name: str, group_size: int) -> int:
+        body = {"max_token_length": 2048, "desired_name": name, "weight": 1.0, "group_size": group_size}
+        return self.post("/register-env", body)["env_id"]
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything a tool must leave unchanged: queue/step, registration, envs, wandb info."""
+        return {
+            "status": self.get("/status"),
+            "info": self.get("/info"),
+            "wandb": self.get("/wandb_info"),
+            "envs": self.get("/inspect/envs"),
+            "recent_seqs": [g["seq"] for g in self.get("/inspect/recent", params={"limit": 1000})["groups"]],
+        }
