@@ -26,6 +26,14 @@ class EndpointMissing(ToolError):
     """The server answered 404 for an endpoint (e.g. an original 0.4.0 API without ``/inspect``)."""
 
 
+class Unreachable(ToolError):
+    """No answer from the server (connection refused, DNS failure, timeout)."""
+
+
+class AuthRejected(ToolError):
+    """The server refused the request with 401/403 (missing or wrong API key)."""
+
+
 def resolve_api_key(flag_value: str | None) -> str | None:
     """The key to send: the flag if given, else ``$ATROPOS_API_KEY``, else None (no header)."""
     key = flag_value if flag_value is not None else os.environ.get(API_KEY_ENV)
@@ -68,20 +76,20 @@ class ApiClient:
         try:
             resp = self._session.request(method, url, timeout=self.timeout, **kwargs)
         except requests.Timeout:
-            raise ToolError(
+            raise Unreachable(
                 f"the trajectory API at {self.base_url} did not answer {method} {path} "
                 f"within {self.timeout[1]:g} s"
             )
         except requests.ConnectionError as exc:
             reason = _short_reason(exc)
-            raise ToolError(
+            raise Unreachable(
                 f"cannot reach the trajectory API at {self.base_url} ({reason}); "
                 "is run-api running there? (see --api-url)"
             )
         except requests.RequestException as exc:
             raise ToolError(f"{method} {url} failed: {_short_reason(exc)}")
         if resp.status_code in (401, 403):
-            raise ToolError(
+            raise AuthRejected(
                 f"the trajectory API at {self.base_url} refused {method} {path} "
                 f"(HTTP {resp.status_code}): pass --api-key or set {API_KEY_ENV}"
             )

@@ -1,0 +1,339 @@
+"""``view-run``: a Gradio page to look at the scored groups of a run, live, without disturbing it.
+
+By default it reads the API's read-only ``GET /inspect/recent`` and refreshes on a timer; it never
+resets the API, registers or takes the trainer's batches unless asked (``--reset``, ``--register``,
+``--consume``). ``--jsonl PATH`` shows a file written by an environment's ``process`` command
+instead (followed as it grows). The page binds to 127.0.0.1 and never creates a public share link.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from atroposlib.cli._tooling.client import (
+    DEFAULT_API_URL,
+    ApiClient,
+    AuthRejected,
+    Unreachable,
+    resolve_api_key,
+)
+from atroposlib.cli._tooling.errors import ToolError, run_cli
+from atroposlib.cli._tooling.render import histogram_svg, render_empty, render_group
+from atroposlib.cli._tooling.sources import BatchConsumer, GroupRecord
+from atroposlib.cli._tooling.store import GroupStore, JsonlTail, ReadOnlyApiSource, navigate
+from atroposlib.cli._tooling.text import load_tokenizer
+
+PROG = "view-run"
+DEFAULT_TOKENIZER = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
+ALL_ENVS = "All envs"
+
+
+def build_parser(prog: str = PROG, default_tokenizer: str = DEFAULT_TOKENIZER) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Browse the scored groups of an Atropos run")
+    parser.add_argument("--port", type=int, default=9001, help="port of the web page")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address the web page binds to (default loopback)"
+    )
+    parser.add_argument(
+        "--group-size", type=int, default=2, help="only used for the batch size sent by --register"
+    )
+    parser.add_argument("--max-token-len", type=int, default=2048, help="only used by --register")
+    parser.add_argument(
+        "--tokenizer",
+        default=default_tokenizer,
+        help="tokenizer (hub name or local path) to decode tokens, loaded once; 'none' to show messages only",
+    )
+    parser.add_argument("--api-url", default=DEFAULT_API_URL, help="trajectory API to read")
+    parser.add_argument(
+        "--api-key", default=None, help="bearer token for the API (default: $ATROPOS_API_KEY)"
+    )
+    parser.add_argument(
+        "--jsonl", default=None, metavar="PATH", help="show a `process` JSONL file instead of an API"
+    )
+    parser.add_argument(
+        "--refresh-interval", type=float, default=5.0, help="seconds between live refreshes (0: off)"
+    )
+    parser.add_argument(
+        "--history", type=int, default=64, help="recent groups asked from the API per refresh"
+    )
+    parser.add_argument("--keep", type=int, default=1000, help="most groups kept in the page")
+    parser.add_argument("--env-id", type=int, default=None, help="only show this env's groups")
+    parser.add_argument(
+        "--consume",
+        action="store_true",
+        help="add a 'Grab Next Batch' button that takes batches with GET /batch (the trainer will NOT get them)",
+    )
+    parser.add_argument(
+        "--register", action="store_true", help="with --consume: POST /register like the original"
+    )
+    parser.add_argument("--reset", action="store_true", help="call GET /reset_data at start (wipes the run)")
+    parser.add_argument(
+        "--batch-wait", type=float, default=30.0, help="seconds 'Grab Next Batch' waits for a batch"
+    )
+    return parser
+
+
+@dataclass
+class Viewer:
+    """Everything the page's callbacks need."""
+
+    store: GroupStore
+    tokenizer: Any | None
+    source_label: str
+    consumer: BatchConsumer | None = None
+    batch_wait: float = 30.0
+    notice: str | None = None
+    multimodal: bool = False
+
+    def __post_init__(self) -> None:
+        self._html_cache: OrderedDict[int, str] = OrderedDict()
+
+    def group_html(self, key: int, record: GroupRecord, position: str) -> str:
+        cache_key = (key, position)
+        html = self._html_cache.get(cache_key)
+        if html is None:
+            html = render_group(record, self.tokenizer, position)
+            self._html_cache[cache_key] = html
+            while len(self._html_cache) > 256:
+                self._html_cache.popitem(last=False)
+        return html
+
+    def status_line(self, shown: int | None, total: int) -> str:
+        parts = [f"**Source:** {self.source_label}"]
+        if self.store.current_step is not None:
+            parts.append(f"**Trainer step:** {self.store.current_step}")
+        parts.append(f"**Groups loaded:** {total}")
+        if shown is not None:
+            parts.append(f"**Showing:** {shown} of {total}")
+        line = " · ".join(parts)
+        notice = getattr(self.store.source, "notice", None) or self.notice
+        if notice:
+            line += f"\n\nℹ️ {notice}"
+        if self.store.missed:
+            line += (
+                f"\n\n⚠️ {self.store.missed} groups arrived faster than the page refreshed and were not loaded"
+            )
+        if self.store.error:
+            line += f"\n\n⚠️ {self.store.error}"
+        return line
+
+    def grab_batch(self) -> str | None:
+        """Take the next batch (``--consume``), waiting up to ``batch_wait`` s. Returns a problem or None."""
+        assert self.consumer is not None
+        deadline = time.monotonic() + self.batch_wait
+        while True:
+            try:
+                result = self.consumer.poll()
+            except ToolError as exc:
+                return str(exc)
+            if result.records:
+                if result.current_step is not None:
+                    self.store.current_step = result.current_step
+                self.store.add(result.records)
+                self.consumer.done()
+                return None
+            if time.monotonic() >= deadline:
+                return f"no batch was ready within {self.batch_wait:g} s"
+            time.sleep(1.0)
+
+
+def _first_user_images(viewer: Viewer, record: GroupRecord) -> tuple[list[Any], str]:
+    from atroposlib.cli._tooling.images import group_images, text_prompt
+    from atroposlib.cli._tooling.render import build_display
+
+    prompt = build_display(record.group, viewer.tokenizer).prompt
+    return group_images(record.group, prompt), text_prompt(prompt)
+
+
+def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_interval: float = 5.0) -> Any:
+    """The Gradio Blocks page for ``viewer`` (not launched)."""
+    import gradio as gr
+
+    with gr.Blocks(title=title, analytics_enabled=False) as demo:
+        gr.Markdown(f"## {title}")
+        status = gr.Markdown(elem_id="av-status")
+        with gr.Row():
+            first_btn = gr.Button("« Oldest", size="sm")
+            prev_btn = gr.Button("‹ Previous", size="sm")
+            next_btn = gr.Button("Next ›", size="sm")
+            last_btn = gr.Button("Newest »", size="sm")
+            refresh_btn = gr.Button("Refresh", size="sm")
+            follow = gr.Checkbox(value=True, label="Follow newest")
+            env = gr.Dropdown(
+                choices=[ALL_ENVS], value=ALL_ENVS, label="Environment", allow_custom_value=True
+            )
+        grab_btn = gr.Button(
+            "Grab Next Batch (takes it from the trainer)", visible=viewer.consumer is not None
+        )
+        gallery = prompt_box = None
+        if viewer.multimodal:
+            with gr.Row():
+                gallery = gr.Gallery(label="Images", elem_id="av-images", height=260, columns=4)
+                prompt_box = gr.Textbox(label="Text Prompt", elem_id="av-text-prompt", lines=6)
+        group_view = gr.HTML(elem_id="av-group")
+        with gr.Accordion("Scores of all loaded groups", open=False):
+            overall = gr.HTML(elem_id="av-overall")
+        position = gr.State(None)
+
+        outputs = [position, follow, env, status, group_view, overall]
+        if viewer.multimodal:
+            outputs += [gallery, prompt_box]
+
+        def show(action: str, pos: int | None, follow_newest: bool, env_name: str | None) -> list[Any]:
+            problem = None
+            if action == "tick":
+                viewer.store.refresh()
+            elif action == "refresh":
+                viewer.store.refresh(force=True)
+            elif action == "grab":
+                problem = viewer.grab_batch()
+            env_filter = None if env_name in (None, "", ALL_ENVS) else env_name
+            items = viewer.store.items(env_filter)
+            keys = [k for k, _ in items]
+            if action in ("first", "prev", "next"):
+                follow_newest = False
+            elif action in ("last", "grab"):
+                follow_newest = True
+            move = (
+                action
+                if action in ("first", "prev", "next", "last")
+                else ("last" if follow_newest else "stay")
+            )
+            key = navigate(keys, pos, move)
+            choices = [ALL_ENVS, *viewer.store.env_labels()]
+            env_update = gr.Dropdown(choices=choices, value=env_name if env_name in choices else ALL_ENVS)
+            if key is None:
+                waiting = (
+                    "No groups yet: waiting for the environments to send some."
+                    if not viewer.store.error
+                    else viewer.store.error
+                )
+                html = render_empty(waiting)
+                shown = None
+                record = None
+            else:
+                record = viewer.store.get(key)
+                shown = keys.index(key) + 1
+                html = viewer.group_html(key, record, f"group {shown} of {len(keys)}")
+            line = viewer.status_line(shown, len(keys))
+            if problem:
+                line += f"\n\n⚠️ {problem}"
+            overall_html = histogram_svg(
+                viewer.store.all_scores(env_filter), "Scores of all loaded groups", width=480
+            )
+            result = [key, follow_newest, env_update, line, html, overall_html]
+            if viewer.multimodal:
+                images, text = _first_user_images(viewer, record) if record is not None else ([], "")
+                result += [images, text]
+            return result
+
+        inputs = [position, follow, env]
+        for btn, action in (
+            (first_btn, "first"),
+            (prev_btn, "prev"),
+            (next_btn, "next"),
+            (last_btn, "last"),
+            (refresh_btn, "refresh"),
+        ):
+            btn.click(lambda p, f, e, a=action: show(a, p, f, e), inputs, outputs)
+        env.change(lambda p, f, e: show("env", p, f, e), inputs, outputs)
+        grab_btn.click(lambda p, f, e: show("grab", p, f, e), inputs, outputs, api_name="get_batch")
+        demo.load(lambda p, f, e: show("refresh", p, f, e), inputs, outputs)
+        if refresh_interval > 0:
+            gr.Timer(refresh_interval).tick(lambda p, f, e: show("tick", p, f, e), inputs, outputs)
+    return demo
+
+
+def _launch(demo: Any, host: str, port: int) -> None:
+    """Launch locally: never a share link; keyword arguments this Gradio version lacks are left out."""
+    wanted = {
+        "server_name": host,
+        "server_port": port,
+        "share": False,
+        "show_error": True,
+        "ssr_mode": False,
+        "quiet": False,
+    }
+    accepted = inspect.signature(demo.launch).parameters
+    demo.queue().launch(**{k: v for k, v in wanted.items() if k in accepted})
+
+
+def prepare(args: argparse.Namespace, prog: str) -> Viewer:
+    """Open the source (and do what --reset/--register ask), load the tokenizer once."""
+    if args.jsonl and (args.consume or args.register or args.reset):
+        raise ToolError("--jsonl shows a file; it cannot be combined with --consume/--register/--reset")
+    if args.register and not args.consume:
+        raise ToolError(
+            "--register only makes sense with --consume (the read-only view needs no registration)"
+        )
+    tokenizer = load_tokenizer(args.tokenizer, required=False)
+    notice = None
+    if tokenizer is None and args.tokenizer and args.tokenizer.lower() != "none":
+        notice = f"tokenizer {args.tokenizer!r} could not be loaded: showing messages (or token ids) instead"
+        print(f"{prog}: warning: {notice}", file=sys.stderr)
+    if args.jsonl:
+        store = GroupStore(JsonlTail(args.jsonl), max_groups=args.keep)
+        store.refresh(force=True)
+        return Viewer(store, tokenizer, f"file `{args.jsonl}`", notice=notice)
+    client = ApiClient(args.api_url, resolve_api_key(args.api_key))
+    try:
+        client.info()
+    except AuthRejected:
+        raise
+    except Unreachable as exc:
+        print(f"{prog}: warning: {exc}; the page will keep retrying", file=sys.stderr)
+    if args.reset:
+        print(f"{prog}: reset: {client.reset().strip()}", file=sys.stderr)
+    if args.consume:
+        if args.register:
+            client.register(batch_size=args.group_size * 8, max_token_len=args.max_token_len, num_steps=69)
+        store = GroupStore(None, max_groups=args.keep)
+        label = f"API `{args.api_url}` (consuming batches: the trainer does not get them)"
+        return Viewer(
+            store, tokenizer, label, consumer=BatchConsumer(client), batch_wait=args.batch_wait, notice=notice
+        )
+    source = ReadOnlyApiSource(client, limit=args.history, env_id=args.env_id)
+    store = GroupStore(
+        source, max_groups=args.keep, min_interval=min(1.0, max(0.1, args.refresh_interval / 2))
+    )
+    store.refresh(force=True)
+    return Viewer(store, tokenizer, f"API `{args.api_url}` (read-only)", notice=notice)
+
+
+def run(
+    argv: Sequence[str] | None, *, prog: str, default_tokenizer: str, multimodal: bool, title: str
+) -> int:
+    args = build_parser(prog, default_tokenizer).parse_args(argv)
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+    def body() -> int:
+        try:
+            import gradio  # noqa: F401
+        except ImportError:
+            raise ToolError("gradio is not installed: pip install 'atroposlib[examples]'")
+        viewer = prepare(args, prog)
+        viewer.multimodal = multimodal
+        demo = build_app(viewer, title=title, refresh_interval=args.refresh_interval)
+        print(f"{prog}: serving on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+        _launch(demo, args.host, args.port)
+        return 0
+
+    return run_cli(prog, body)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(
+        argv, prog=PROG, default_tokenizer=DEFAULT_TOKENIZER, multimodal=False, title="Atropos run viewer"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
