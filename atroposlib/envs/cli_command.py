@@ -36,6 +36,7 @@ from atroposlib.envs.cli_config import (
     load_yaml_config,
     mode_env_defaults,
     resolve_server_configs,
+    single_server_defaults,
 )
 
 logger = logging.getLogger("atroposlib.envs.cli")
@@ -67,21 +68,6 @@ def openai_config_class(server_default: Any) -> type[BaseModel]:
     if isinstance(server_default, list) and server_default and isinstance(server_default[0], api_cls):
         return type(server_default[0])
     return api_cls
-
-
-def openai_defaults(server_default: Any, openai_cls: type[BaseModel]) -> dict[str, Any]:
-    """Effective ``--openai.*`` defaults: the values a single-server setup would start from."""
-    try:
-        fresh = openai_cls()
-        values = {name: getattr(fresh, name) for name in openai_cls.model_fields}
-    except Exception:  # a subclass with required fields: fall back to the declared defaults
-        values = {name: copy.deepcopy(info.default) for name, info in openai_cls.model_fields.items()}
-    source = server_default
-    if isinstance(server_default, list):
-        source = server_default[0] if len(server_default) == 1 else None
-    if isinstance(source, BaseModel):
-        values.update({k: getattr(source, k) for k in type(source).model_fields if k in values})
-    return values
 
 
 @dataclass
@@ -124,7 +110,7 @@ class CliCommand(BaseModel):
     # -- layering --------------------------------------------------------------------------------------
     def resolve(self) -> ResolvedRun:
         """Layer ``config_init()`` < ``--config`` YAML < flags and validate; raises :class:`CliUsageError`."""
-        api_cls, baseline_cls, manager_cls = _server_classes()
+        _, _, manager_cls = _server_classes()
         cls = type(self)
         config_path = getattr(self, CONFIG_FIELD, None)
         doc = load_yaml_config(config_path)
@@ -142,10 +128,9 @@ class CliCommand(BaseModel):
         manager_config = build_manager_config(manager_cls, doc, manager_cli, yaml_path=config_path)
         servers = resolve_server_configs(
             copy.deepcopy(cls.server_default),
-            doc.get(OPENAI_KEY),
+            doc,
             self.explicit(OPENAI_PREFIX),
             openai_cls=openai_config_class(cls.server_default),
-            baseline_cls=baseline_cls,
             yaml_path=config_path,
         )
         explicit_manager = frozenset(manager_cli) | frozenset(k for k in MANAGER_KEYS if k in doc)
@@ -167,7 +152,7 @@ def build_command_cls(env_cls: type, mode: str, init: tuple[Any, Any] | None = N
     env_config, server_default = init if init is not None else env_cls.config_init()
     env_defaults = mode_env_defaults(env_cls, mode, env_config)
     openai_cls = openai_config_class(server_default)
-    openai_values = openai_defaults(server_default, openai_cls)
+    openai_values = single_server_defaults(server_default, openai_cls)
     manager_defaults = manager_cls()
 
     fields: dict[str, Any] = {

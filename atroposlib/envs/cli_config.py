@@ -13,6 +13,7 @@ Every problem a user can cause raises :class:`CliUsageError` whose message is on
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -161,16 +162,6 @@ def format_validation_error(exc: ValidationError, namespace: str, source_of: Any
     return f"{field}: {message}{suffix}"
 
 
-def _warn_unknown(keys: Mapping[str, Any], model_cls: type[BaseModel], where: str) -> None:
-    if model_cls.model_config.get("extra") == "allow":
-        return
-    for key in keys:
-        if key not in model_cls.model_fields:
-            logger.warning(
-                "%s: ignoring unknown field %r (not a field of %s)", where, key, model_cls.__name__
-            )
-
-
 def _source_lookup(yaml_keys: Mapping[str, Any], cli_keys: Mapping[str, Any], namespace: str, yaml_path: Any):
     def source_of(field: str) -> str | None:
         if field in cli_keys:
@@ -197,13 +188,12 @@ def build_env_config(
 ) -> BaseModel:
     """Merge ``defaults`` < ``yaml_env`` < ``cli_env`` and build ``env_config_cls``.
 
-    Unknown YAML keys are warned about and ignored. After merging, a ``wandb_name`` of ``None`` falls back
+    Unknown YAML keys are passed on: ``BaseEnvConfig`` ignores them with a warning. After merging, a ``wandb_name`` of ``None`` falls back
     to the env's name and, in ``process``, a ``data_path_to_save_groups`` of ``None`` to
     ``data/{name}.jsonl`` (neither ``None`` is usable in that mode). Raises :class:`CliUsageError`
     naming the field when validation fails.
     """
     yaml_env = dict(yaml_env or {})
-    _warn_unknown(yaml_env, env_config_cls, f"--config {yaml_path} env")
     merged = merge_dicts(defaults, yaml_env, cli_env)
     fields = env_config_cls.model_fields
     if "wandb_name" in fields and merged.get("wandb_name") is None:
@@ -240,98 +230,61 @@ def build_manager_config(
         )
 
 
-def _single_yaml_openai(yaml_openai: Any) -> dict[str, Any] | None:
+def _single_yaml_openai(yaml_openai: Any) -> dict[str, Any]:
     if isinstance(yaml_openai, Mapping):
         return dict(yaml_openai)
     if isinstance(yaml_openai, list) and len(yaml_openai) == 1:
         return dict(yaml_openai[0])
-    return None
+    return {}
 
 
-def _build_openai(
-    openai_cls: type[BaseModel], values: Mapping[str, Any], label: str, source_of: Any = None
-) -> BaseModel:
+def single_server_defaults(default: Any, openai_cls: type[BaseModel]) -> dict[str, Any]:
+    """The settings a single-server setup starts from: ``openai_cls`` defaults overlaid with the values of
+    ``config_init()``'s single config (a bare config, the sole element of a list, or a ``ServerBaseline``)."""
     try:
-        return openai_cls(**values)
-    except ValidationError as exc:
-        raise CliUsageError(format_validation_error(exc, label, source_of))
+        fresh = openai_cls()
+        values = {name: getattr(fresh, name) for name in openai_cls.model_fields}
+    except Exception:  # a subclass with required fields: fall back to the declared defaults
+        values = {name: copy.deepcopy(info.default) for name, info in openai_cls.model_fields.items()}
+    source = default[0] if isinstance(default, list) and len(default) == 1 else default
+    if isinstance(source, BaseModel):
+        values.update({k: getattr(source, k) for k in type(source).model_fields if k in values})
+    return values
 
 
 def resolve_server_configs(
     default: Any,
-    yaml_openai: Any,
+    yaml_doc: Mapping[str, Any],
     cli_openai: Mapping[str, Any],
     *,
     openai_cls: type[BaseModel],
-    baseline_cls: type[BaseModel],
     yaml_path: Any = None,
 ) -> Any:
     """Decide the inference-server configs from ``config_init()``'s ``default``, YAML and ``--openai.*`` flags.
 
-    * YAML ``openai`` list of >= 2 entries: one config per entry (``--openai.*`` flags are an error);
-    * ``default`` a list of >= 2 configs: used as is (``--openai.*`` flags are an error; a single-server
-      YAML ``openai`` section is ignored with a warning);
-    * ``default`` a single ``APIServerConfig``: a single config of the same class, merged default <
-      YAML < flags (the environment receives the shape its ``config_init`` returned; the server
-      manager uses a single config as given);
-    * ``default`` a plain ``ServerBaseline``: unchanged (automatic server discovery) unless YAML or flags
-      set ``openai`` values, in which case its values are the base of one merged ``APIServerConfig``
-      returned as a one-element list;
-    * ``default`` a list of one config (or anything else): ``[merged config]``.
-    Raises :class:`CliUsageError` naming the field on invalid values.
+    Applies ``resolve_openai_configs`` (``atroposlib.envs.server_handling.openai_server``): a YAML list of
+    >= 2 servers gives one config each; a ``config_init()`` list of >= 2 is used as is; a single
+    ``APIServerConfig`` stays a single config (merged default < YAML < flags); a plain ``ServerBaseline``
+    is kept unless YAML or flags set ``openai`` values; otherwise a one-element list. ``--openai.*`` flags
+    with several servers, and invalid values, raise :class:`CliUsageError` naming the field. Unknown keys
+    in YAML ``openai`` entries are ignored (``APIServerConfig`` warns about them).
     """
-    cli_openai = dict(cli_openai)
-    if isinstance(yaml_openai, list) and len(yaml_openai) == 0:
-        yaml_openai = None
-    multi_yaml = isinstance(yaml_openai, list) and len(yaml_openai) >= 2
-    multi_default = not multi_yaml and isinstance(default, list) and len(default) >= 2
-    if (multi_yaml or multi_default) and cli_openai:
-        count = len(yaml_openai) if multi_yaml else len(default)
-        where = f"--config {yaml_path}" if multi_yaml else "config_init()"
-        flags = ", ".join(f"--openai.{k}" for k in cli_openai)
-        raise CliUsageError(
-            f"{flags}: --openai.* flags cannot be applied when {where} defines {count} servers; "
-            f"set per-server values in the 'openai' list of a --config file"
-        )
-    if multi_yaml:
-        configs = []
-        for i, entry in enumerate(yaml_openai):
-            _warn_unknown(entry, openai_cls, f"--config {yaml_path} openai[{i}]")
-            configs.append(
-                _build_openai(openai_cls, entry, f"openai[{i}]", lambda _f: f"--config {yaml_path}")
-            )
-        return configs
-    if multi_default:
-        if yaml_openai is not None:
+    from atroposlib.envs.server_handling.openai_server import ServerConfigError, resolve_openai_configs
+
+    yaml_openai = yaml_doc.get(OPENAI_KEY)
+    if isinstance(default, list) and len(default) >= 2 and isinstance(yaml_openai, (Mapping, list)):
+        if isinstance(yaml_openai, Mapping) or len(yaml_openai) == 1:
             logger.warning(
                 "--config %s: the single-server 'openai' section is ignored because config_init() defines %d "
                 "servers; give an 'openai' list with one entry per server instead",
                 yaml_path,
                 len(default),
             )
-        return default
-
-    yaml_single = _single_yaml_openai(yaml_openai) or {}
-    _warn_unknown(yaml_single, openai_cls, f"--config {yaml_path} openai")
-    source_of = _source_lookup(yaml_single, cli_openai, OPENAI_KEY, yaml_path)
-
-    if isinstance(default, baseline_cls) and not isinstance(default, openai_cls):
-        if not yaml_single and not cli_openai:
-            return default
-        base = openai_cls().model_dump()
-        base.update(default.model_dump())
-        return [_build_openai(openai_cls, merge_dicts(base, yaml_single, cli_openai), OPENAI_KEY, source_of)]
-
-    if isinstance(default, openai_cls):
-        merged = merge_dicts(default.model_dump(), yaml_single, cli_openai)
-        return _build_openai(type(default), merged, OPENAI_KEY, source_of)
-
-    if isinstance(default, list) and len(default) == 1 and isinstance(default[0], BaseModel):
-        element = default[0]
-        element_cls = type(element) if isinstance(element, openai_cls) else openai_cls
-        base = openai_cls().model_dump()
-        base.update(element.model_dump())
-        return [_build_openai(element_cls, merge_dicts(base, yaml_single, cli_openai), OPENAI_KEY, source_of)]
-
-    merged = merge_dicts(openai_cls().model_dump(), yaml_single, cli_openai)
-    return [_build_openai(openai_cls, merged, OPENAI_KEY, source_of)]
+    merged = merge_dicts(
+        single_server_defaults(default, openai_cls), _single_yaml_openai(yaml_openai), cli_openai
+    )
+    flags = {f"{OPENAI_KEY}.{k}": v for k, v in cli_openai.items()}
+    try:
+        return resolve_openai_configs(default, merged, dict(yaml_doc), flags, logger)
+    except ServerConfigError as exc:
+        raise CliUsageError(str(exc))

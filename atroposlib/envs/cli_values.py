@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import json
 import types
 import typing
 from collections.abc import Callable
@@ -146,8 +147,5 @@ def format_default(value: Any) -> str:
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     if isinstance(value, (list, dict, tuple, set)):
-        try:
-            return yaml.safe_dump(value, default_flow_style=True).strip()
-        except yaml.YAMLError:
-            return repr(value)
+        return json.dumps(list(value) if isinstance(value, (tuple, set)) else value, default=str)
     return str(value)
