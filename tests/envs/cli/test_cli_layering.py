@@ -98,7 +98,10 @@ def test_process_keeps_an_explicit_output_path_and_wandb_name():
     values = mode_env_defaults(UnnamedEnv, "process", init)
     assert values["data_path_to_save_groups"] == "out/x.jsonl"
     assert values["wandb_name"] == "mine"
-    assert mode_env_defaults(UnnamedEnv, "process", MyConfig())["data_path_to_save_groups"] == "data/groups.jsonl"
+    assert (
+        mode_env_defaults(UnnamedEnv, "process", MyConfig())["data_path_to_save_groups"]
+        == "data/groups.jsonl"
+    )
 
 
 def test_serve_and_evaluate_defaults():
@@ -144,7 +147,9 @@ def test_explicit_none_wandb_name_and_output_fall_back_to_usable_values():
 def test_invalid_values_name_the_field_and_where_it_came_from():
     defaults = mode_env_defaults(NamedEnv, "serve", MyConfig())
     with pytest.raises(CliUsageError) as err:
-        build_env_config(NamedEnv, MyConfig, defaults, {"group_size": "four"}, {}, mode="serve", yaml_path="c.yaml")
+        build_env_config(
+            NamedEnv, MyConfig, defaults, {"group_size": "four"}, {}, mode="serve", yaml_path="c.yaml"
+        )
     message = str(err.value)
     assert message.startswith("env.group_size:")
     assert "'four'" in message and "--config c.yaml" in message

@@ -7,8 +7,8 @@ from typing import Any, Literal, Optional
 
 import pytest
 
-from atroposlib.envs.groups import EvalHandlingEnum
 from atroposlib.envs.cli_values import describe_type, format_default, is_bool_annotation, make_value_parser
+from atroposlib.envs.groups import EvalHandlingEnum
 
 
 @pytest.mark.parametrize(
