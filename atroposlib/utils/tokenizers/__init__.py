@@ -1,0 +1,1 @@
+"""Tokenizer wrappers with corrected chat templates."""
