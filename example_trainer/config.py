@@ -1,0 +1,191 @@
+"""``TrainingConfig``: every setting of the GRPO trainer, validated in one place.
+
+Field names are the original trainer's (``model_name``, ``lr``, ``training_steps``, ...); the command line
+uses the same names with dashes (see :mod:`example_trainer.cli`). Fields added by this project are grouped
+at the end of the class.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+OptimizerName = Literal["adamw", "adamw_8bit", "adafactor"]
+WeightBridgeMode = Literal["shared_vllm", "lora_only", "lora_restart", "none"]
+RefreshMode = Literal["restart", "reload"]
+
+
+def _default_device() -> str:
+    try:
+        import torch
+    except ImportError:  # the config can be built (and validated) without torch
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def parse_layer_indices(value: object) -> list[int] | None:
+    """Parse ``"20-31"`` / ``"0-3,28-31"`` / ``"5"`` (or a list of ints) into sorted unique indices.
+
+    Raises ``ValueError`` for negative indices, ranges with start > end, or text that is not
+    a comma-separated list of integers and ``a-b`` ranges.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, int):
+        items: list[int] = [value]
+    elif isinstance(value, list | tuple):
+        items = []
+        for v in value:
+            items.extend(parse_layer_indices(v) or [])
+    elif isinstance(value, str):
+        items = []
+        for part in value.replace(" ", "").split(","):
+            if not part:
+                continue
+            if re.fullmatch(r"-?\d+", part):
+                items.append(int(part))
+                continue
+            match = re.fullmatch(r"(\d+)-(\d+)", part)
+            if not match:
+                raise ValueError(f"invalid layer indices {part!r} (expected e.g. 20-31 or 0-3,28-31)")
+            start, end = int(match[1]), int(match[2])
+            if start > end:
+                raise ValueError(f"invalid layer range {part!r}: start > end")
+            items.extend(range(start, end + 1))
+    else:
+        raise ValueError(f"invalid layer indices {value!r}")
+    if any(i < 0 for i in items):
+        raise ValueError(f"layer indices must be >= 0, got {sorted(set(items))}")
+    return sorted(set(items))
+
+
+class TrainingConfig(BaseModel):
+    """Configuration of the GRPO trainer (``atropos-grpo``).
+
+    Unknown fields are rejected, so a misspelt YAML key or keyword is an error, not a silent default.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+
+    # --- model -------------------------------------------------------------------------------
+    model_name: str = Field(description="Hugging Face model id or local directory to train")
+
+    # --- training ----------------------------------------------------------------------------
+    lr: float = Field(1e-5, gt=0, description="peak learning rate")
+    training_steps: int = Field(10, ge=1, description="optimizer steps (one per API batch)")
+    batch_size: int = Field(2, ge=1, description="micro-batch size in sequences")
+    seq_len: int = Field(2048, ge=1, description="max token length, sent to the API (no truncation)")
+    gradient_accumulation_steps: int = Field(32, ge=1, description="micro-batches per optimizer step")
+    warmup_steps: int = Field(0, ge=0, description="linear LR warmup steps")
+    optimizer: OptimizerName = Field(
+        "adamw_8bit", description="adamw_8bit falls back to adamw without bitsandbytes"
+    )
+    adafactor_scale_parameter: bool = False
+    adafactor_relative_step: bool = False
+    device: str = Field(default_factory=_default_device, description="torch device")
+    save_path: str = Field("trained_model_checkpoints", description="checkpoint directory")
+    checkpoint_interval: int = Field(3, ge=0, description="save step_N every N steps (0: final only)")
+
+    # --- GRPO --------------------------------------------------------------------------------
+    clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range epsilon")
+
+    # --- vLLM --------------------------------------------------------------------------------
+    vllm_restart_interval: int = Field(3, ge=1, description="refresh the inference server every N steps")
+    vllm_port: int = Field(9001, ge=1, le=65535)
+    vllm_gpu: int | None = Field(None, ge=0, description="GPU index for the vLLM process")
+    vllm_gpu_memory_utilization: float = Field(0.45, gt=0, le=1)
+    max_model_len: int = Field(4096, ge=1)
+    dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
+        "bfloat16", description="vLLM dtype (float32 is used on CPU)"
+    )
+
+    # --- wandb -------------------------------------------------------------------------------
+    use_wandb: bool = False
+    wandb_project: str | None = None
+    wandb_group: str | None = None
+
+    # --- mode / layers / LoRA ------------------------------------------------------------------
+    weight_bridge_mode: WeightBridgeMode = Field("none", description="how new weights reach vLLM")
+    train_layer_indices: list[int] | None = Field(None, description='train only these layers, e.g. "20-31"')
+    trainer_rank: int = Field(0, ge=0, description="unused (kept for compatibility)")
+    world_size: int = Field(1, ge=1, description="unused (kept for compatibility)")
+    init_method: str = Field("env://", description="unused (kept for compatibility)")
+    num_inference_nodes: int = Field(0, description="unused (kept for compatibility)")
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.05, ge=0, lt=1)
+    lora_target_modules: list[str] | None = Field(None, description="default: q_proj v_proj")
+    lora_layer_indices: list[int] | None = None
+    single_copy: bool = Field(False, description="unused (kept for compatibility)")
+    vllm_config_path: str | None = None
+
+    # --- debug / atropos -----------------------------------------------------------------------
+    debug_loading: bool = False
+    benchmark: bool = False
+    atropos_url: str = Field("http://localhost:8000", description="trajectory API base URL")
+    log_dir: str = "./logs"
+
+    # --- added by atroposlib 0.5 ---------------------------------------------------------------
+    kl_coef: float = Field(0.0, ge=0, description="weight of the KL penalty to the frozen initial model")
+    resume: str | None = Field(None, description='"latest" or a checkpoint directory to resume from')
+    refresh_mode: RefreshMode = Field("restart", description="vLLM refresh in mode none: restart or reload")
+    max_staleness: int | None = Field(None, ge=0, description="drop groups generated more than N steps ago")
+    api_key: str | None = Field(
+        default_factory=lambda: os.environ.get("ATROPOS_API_KEY") or None,
+        description="bearer token for the API (default $ATROPOS_API_KEY)",
+    )
+    use_vllm: bool = Field(True, description="start/refresh vLLM (False: train against the API only)")
+    seed: int = Field(0, description="seed of python, numpy and torch RNGs")
+    train_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="trainer weights dtype (auto: float32 on CPU, bfloat16 on CUDA)"
+    )
+    gradient_checkpointing: bool | None = Field(None, description="default: on for CUDA, off on CPU")
+    max_grad_norm: float = Field(1.0, gt=0)
+    api_retries: int = Field(5, ge=1, description="attempts per API request before giving up")
+    api_timeout: float = Field(30.0, gt=0, description="seconds to wait for the API to become reachable")
+    plot_path: str | None = Field(
+        None, description="PNG of reward/accuracy (default <save_path>/training_curves.png)"
+    )
+
+    @field_validator("train_layer_indices", "lora_layer_indices", mode="before")
+    @classmethod
+    def _parse_indices(cls, value: object) -> list[int] | None:
+        return parse_layer_indices(value)
+
+    @field_validator("atropos_url")
+    @classmethod
+    def _strip_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https://, got {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("device")
+    @classmethod
+    def _check_device(cls, value: str) -> str:
+        if value != "cpu" and not value.startswith(("cuda", "mps", "xpu")):
+            raise ValueError(f"unknown device {value!r} (expected cpu, cuda or cuda:N)")
+        return value
+
+    @model_validator(mode="after")
+    def _check_modes(self) -> TrainingConfig:
+        if self.weight_bridge_mode not in ("lora_only", "lora_restart") and self.lora_layer_indices:
+            raise ValueError("lora_layer_indices needs --weight-bridge-mode lora_only or lora_restart")
+        return self
+
+    # --- derived values ------------------------------------------------------------------------
+    @property
+    def is_lora(self) -> bool:
+        return self.weight_bridge_mode in ("lora_only", "lora_restart")
+
+    @property
+    def api_batch_size(self) -> int:
+        """Sequences per API batch (= per optimizer step) requested at registration."""
+        return self.batch_size * self.gradient_accumulation_steps
+
+    @property
+    def resolved_plot_path(self) -> Path:
+        return Path(self.plot_path) if self.plot_path else Path(self.save_path) / "training_curves.png"

@@ -1,0 +1,143 @@
+"""Run reporting: a JSONL metrics log, wandb (offline without a key) and the end-of-run PNG plot.
+
+``<save_path>/metrics.jsonl`` holds one JSON object per line with a ``step`` key: training metrics after
+each optimizer step (``train/loss``, ``train/reward_mean``, ``train/tokens_per_s``, ...) and evaluation
+metrics from the eval hook (``eval/accuracy``, ...). A resumed run appends to the same file; for each step
+the last record wins, so the plot shows the run as it was finally trained.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import string
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from example_trainer.config import TrainingConfig
+
+logger = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def wandb_mode() -> str:
+    """``online`` with a wandb key (``WANDB_API_KEY`` or a netrc login), ``offline`` otherwise, unless
+    ``WANDB_MODE`` says otherwise."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    netrc = Path.home() / ".netrc"
+    try:
+        if netrc.is_file() and "api.wandb.ai" in netrc.read_text():
+            return "online"
+    except OSError:
+        pass
+    return "offline"
+
+
+class RunLogger:
+    """Writes metrics to ``metrics.jsonl`` and, when ``config.use_wandb``, to wandb."""
+
+    def __init__(self, config: TrainingConfig, resume_run_id: str | None = None) -> None:
+        self.path = Path(config.save_path) / METRICS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.run = None
+        if config.use_wandb:
+            import wandb
+
+            group = config.wandb_group or "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))
+            self.run = wandb.init(
+                project=config.wandb_project or "atropos-grpo",
+                group=group,
+                config=config.model_dump(exclude={"api_key"}),
+                mode=wandb_mode(),
+                dir=str(self.path.parent),
+                id=resume_run_id,
+                resume="allow" if resume_run_id else None,
+            )
+
+    @property
+    def run_id(self) -> str | None:
+        return getattr(self.run, "id", None)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        record = {
+            "step": step,
+            **{k: v for k, v in metrics.items() if isinstance(v, int | float | str | None)},
+        }
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if self.run is not None:
+            self.run.log(
+                {k: v for k, v in record.items() if k != "step" and isinstance(v, int | float)}, step=step
+            )
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
+
+
+def read_metrics(path: str | Path) -> dict[int, dict[str, Any]]:
+    """step → merged metrics from a ``metrics.jsonl`` (later records override earlier ones per key)."""
+    merged: dict[int, dict[str, Any]] = {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return merged
+    for line in lines:
+        try:
+            record = json.loads(line)
+            step = int(record.pop("step"))
+        except (ValueError, KeyError, TypeError):
+            continue
+        merged.setdefault(step, {}).update(record)
+    return merged
+
+
+def plot_training_curves(
+    metrics_path: str | Path, out_path: str | Path, max_step: int | None = None
+) -> Path | None:
+    """Draw reward (``train/reward_mean``) and held-out accuracy (``eval/accuracy``) over steps into a PNG.
+
+    Steps above ``max_step`` (from a crashed attempt that was later resumed) are left out. Returns the
+    PNG path, or None when there is nothing to draw or matplotlib is missing.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed; no plot written")
+        return None
+    data = read_metrics(metrics_path)
+    steps = sorted(s for s in data if max_step is None or s <= max_step)
+    reward = [(s, data[s]["train/reward_mean"]) for s in steps if "train/reward_mean" in data[s]]
+    accuracy = [(s, data[s]["eval/accuracy"]) for s in steps if "eval/accuracy" in data[s]]
+    if not reward and not accuracy:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    if reward:
+        ax.plot(*zip(*reward, strict=True), color="tab:blue", marker=".", label="mean reward (train batches)")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("reward", color="tab:blue")
+    if accuracy:
+        ax2 = ax.twinx()
+        ax2.plot(*zip(*accuracy, strict=True), color="tab:red", marker="o", label="held-out accuracy")
+        ax2.set_ylabel("held-out accuracy", color="tab:red")
+        ax2.set_ylim(-0.02, 1.02)
+    ax.set_title("GRPO training")
+    ax.grid(alpha=0.3)
+    fig.legend(loc="lower right")
+    fig.tight_layout()
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -1,0 +1,344 @@
+"""The training loop, shared by every weight-bridge mode.
+
+Per optimizer step: wait for an API batch, drop groups older than ``--max-staleness``, pad and micro-batch
+it, run one GRPO step, log, and at the right steps save a checkpoint and bring the inference server up to
+date. Modes differ only in what reaches vLLM:
+
+========================  ===============================================================================
+``none`` (legacy)         full checkpoints ``step_N``; vLLM restarted on (or, ``--refresh-mode reload``,
+                          reloaded in place from) the new checkpoint every ``--vllm-restart-interval`` steps
+``lora_only``             adapters ``adapter_step_N``; hot-swapped into an externally started vLLM
+``lora_restart``          adapters ``adapter_step_N``; vLLM restarted with the new adapter
+``shared_vllm``           CUDA IPC weight sharing: not available in this release (raises)
+========================  ===============================================================================
+
+**Acknowledgement and resume.** A batch is acknowledged (``POST /batch/ack``) once a checkpoint containing
+its update is on disk (right after its optimizer step with ``--checkpoint-interval 0``). After a crash,
+``--resume`` loads the newest checkpoint (weights, optimizer, RNG, step ``N``), registers with
+``starting_step=N`` (a fresh API adopts it; a durable API keeps its own counter) and calls
+``POST /batch/replay``, so the batches served after that checkpoint are served again, oldest first, and
+step ``N + 1`` trains the same batch it trained before the crash. The API's step counts batches *formed*;
+once the queue is drained both counters agree.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from example_trainer.api import AtroposClient
+from example_trainer.checkpointing import (
+    checkpoint_name,
+    load_training_state,
+    read_trainer_state,
+    resolve_resume_path,
+    save_checkpoint,
+)
+from example_trainer.config import TrainingConfig
+from example_trainer.data import prepare_batch, split_stale_groups
+from example_trainer.model import load_model_and_tokenizer, load_reference_model, trainable_parameters
+from example_trainer.reporting import RunLogger, plot_training_curves
+from example_trainer.training import create_optimizer, run_training_step
+
+logger = logging.getLogger(__name__)
+
+#: ``eval_hook(step, model_dir)`` → metrics such as ``{"accuracy": 0.4}``, logged as ``eval/<name>``.
+#: Called before the first step (``model_dir`` None: the initial model) and after every inference refresh
+#: (vLLM then serves the weights of ``model_dir``); ``accuracy`` is drawn in the end-of-run plot.
+EvalHook = Callable[[int, Path | None], Mapping[str, float] | None]
+
+SHARED_VLLM_UNAVAILABLE = (
+    "weight_bridge_mode shared_vllm shares weights with vLLM through CUDA IPC handles and needs a patched "
+    "GPU vLLM; it is not available in this release. Use --weight-bridge-mode none (restart or "
+    "--refresh-mode reload), lora_only or lora_restart."
+)
+
+
+@dataclass
+class TrainingResult:
+    """Outcome of :func:`train`."""
+
+    step: int  #: optimizer steps completed (including those before a resume)
+    start_step: int  #: the step the run (re)started from
+    final_checkpoint: Path | None
+    plot_path: Path | None
+    history: list[dict[str, Any]] = field(default_factory=list)  #: metrics of the steps of this run
+    eval_history: list[dict[str, Any]] = field(default_factory=list)
+    stopped_early: bool = False
+
+
+class InferenceSync:
+    """Keeps the vLLM server in step with training, through ``example_trainer.vllm_manager``."""
+
+    def __init__(self, config: TrainingConfig) -> None:
+        self.config = config
+        self.manager: Any = None
+        self.active = config.use_vllm
+
+    def start(self, model_path: str, adapter_dir: Path | None = None) -> None:
+        if not self.active:
+            return
+        from example_trainer.vllm_manager import VllmManager
+
+        self.manager = VllmManager(self.config)
+        self.manager.start(model_path)
+        if adapter_dir is not None:
+            self.manager.load_lora(str(adapter_dir), adapter_dir.name)
+
+    def refresh(self, checkpoint_dir: Path, step: int) -> float:
+        """Make vLLM serve ``checkpoint_dir``; returns the seconds it took."""
+        if not self.active or self.manager is None:
+            return 0.0
+        if self.config.weight_bridge_mode == "lora_only":
+            start = time.perf_counter()
+            self.manager.load_lora(str(checkpoint_dir), checkpoint_dir.name)
+            return time.perf_counter() - start
+        return float(self.manager.refresh(str(checkpoint_dir), step))
+
+    def stop(self) -> None:
+        if self.manager is not None:
+            try:
+                self.manager.stop()
+            finally:
+                self.manager = None
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _load_model(config: TrainingConfig, resume_dir: Path | None) -> tuple[Any, Any]:
+    """The policy to train: from the checkpoint when resuming a full-model run, else ``model_name``."""
+    if resume_dir is None or config.is_lora:
+        model, tokenizer = load_model_and_tokenizer(config)
+        if resume_dir is not None:
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(model, load_file(str(resume_dir / "adapter_model.safetensors")))
+        return model, tokenizer
+    return load_model_and_tokenizer(config, model_path=str(resume_dir))
+
+
+def _reconcile_with_api(client: AtroposClient, step: int, resumed: bool) -> dict[str, Any]:
+    """After (re)registration: replay unacknowledged batches when resuming and compare step counters."""
+    replayed = client.replay() if resumed else 0
+    status = client.status()
+    api_step = int(status.get("current_step", 0)) if isinstance(status, dict) else 0
+    if resumed:
+        logger.info(
+            "resuming at step %d; the API is at step %d with %d unacknowledged batch(es) re-queued",
+            step, api_step, replayed,
+        )  # fmt: skip
+        if api_step < step:
+            logger.warning(
+                "the API's step (%d) is behind the checkpoint's (%d): it lost its state (in-memory store or a "
+                "new data dir?); training continues at step %d", api_step, step, step,
+            )  # fmt: skip
+    return {"api_step": api_step, "replayed_batches": replayed}
+
+
+def train(
+    config: TrainingConfig,
+    eval_hook: EvalHook | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> TrainingResult:
+    """Run GRPO training as configured until ``config.training_steps`` optimizer steps are done.
+
+    ``should_stop()`` is polled between steps and while waiting for batches (e.g. set by SIGINT); the run
+    then saves a checkpoint of the last completed step and returns with ``stopped_early``.
+
+    Raises:
+        NotImplementedError: ``weight_bridge_mode == "shared_vllm"``.
+        AtroposApiError: the API is unreachable (after bounded retries) or rejects the trainer.
+        OSError / ValueError: the model or a checkpoint cannot be loaded, or the config does not fit the model.
+    """
+    if config.weight_bridge_mode == "shared_vllm":
+        raise NotImplementedError(SHARED_VLLM_UNAVAILABLE)
+    should_stop = should_stop or (lambda: False)
+    lora = config.is_lora
+
+    resume_dir = resolve_resume_path(config.resume, config.save_path)
+    seed_everything(config.seed)
+    model, tokenizer = _load_model(config, resume_dir)
+    optimizer = create_optimizer(trainable_parameters(model), config)
+    start_step, extra = 0, {}
+    if resume_dir is not None:
+        state = load_training_state(resume_dir, optimizer)
+        start_step, extra = state.step, state.extra
+        logger.info("loaded checkpoint %s (step %d)", resume_dir, start_step)
+    ref_model = load_reference_model(config) if config.kl_coef > 0 and not lora else None
+
+    client = AtroposClient.from_config(config)
+    client.wait_until_ready(config.api_timeout)
+    client.register(config, starting_step=start_step)
+    api_info = _reconcile_with_api(client, start_step, resume_dir is not None)
+
+    run_log = RunLogger(config, resume_run_id=extra.get("wandb_run_id"))
+    inference = InferenceSync(config)
+    result = TrainingResult(step=start_step, start_step=start_step, final_checkpoint=None, plot_path=None)
+    if start_step >= config.training_steps:
+        logger.info("checkpoint %s already has %d steps: nothing to train", resume_dir, start_step)
+        result.final_checkpoint = resume_dir
+        run_log.finish()
+        return result
+
+    def run_eval(step: int, model_dir: Path | None) -> None:
+        if eval_hook is None:
+            return
+        metrics = eval_hook(step, model_dir) or {}
+        record = {f"eval/{k}": float(v) for k, v in metrics.items()}
+        if record:
+            run_log.log(step, record)
+            result.eval_history.append({"step": step, **record})
+
+    def checkpoint(step: int, final: bool) -> Path:
+        return save_checkpoint(
+            model, tokenizer, optimizer, config, step, final=final,
+            extra={**api_info, "wandb_run_id": run_log.run_id},
+        )  # fmt: skip
+
+    from tqdm.auto import tqdm
+
+    pending_acks: list[int] = []
+    last_saved = start_step if resume_dir is not None else -1
+    step = start_step
+    progress = tqdm(
+        total=config.training_steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True
+    )
+    try:
+        # --- inference server start ---------------------------------------------------------------
+        initial_model = str(resume_dir) if (resume_dir is not None and not lora) else config.model_name
+        initial_adapter = None
+        if config.weight_bridge_mode == "lora_restart" and inference.active:
+            initial_adapter = resume_dir or checkpoint(0, final=False)
+        inference.start(initial_model, initial_adapter)
+        if start_step == 0:
+            run_eval(0, None)
+
+        while step < config.training_steps and not should_stop():
+            progress.set_postfix_str("waiting for a batch", refresh=True)
+            batch_id, groups = client.wait_for_batch(should_stop=should_stop)
+            if groups is None:
+                break
+            fresh, stale = split_stale_groups(groups, step, config.max_staleness)
+            if stale:
+                logger.warning("dropped %d group(s) older than %d steps", len(stale), config.max_staleness)
+            if not fresh:
+                if batch_id is not None:
+                    client.ack(batch_id)
+                continue
+            prepared = prepare_batch(fresh, config.batch_size)
+            metrics = run_training_step(model, optimizer, prepared, config, step, ref_model)
+            step += 1
+            if batch_id is not None:
+                pending_acks.append(batch_id)
+
+            final = step == config.training_steps
+            refresh_due = inference.active and (step % config.vllm_restart_interval == 0 or final)
+            ckpt_due = (
+                final
+                or refresh_due
+                or (config.checkpoint_interval > 0 and step % config.checkpoint_interval == 0)
+            )
+            saved: Path | None = None
+            if ckpt_due:
+                saved = checkpoint(step, final)
+                last_saved = step
+            if ckpt_due or config.checkpoint_interval == 0:
+                for bid in pending_acks:
+                    client.ack(bid)
+                pending_acks.clear()
+
+            record = {f"train/{k}": v for k, v in metrics.items()}
+            record.update({"train/stale_groups": float(len(stale)), "train/batch_id": batch_id})
+            if refresh_due and saved is not None:
+                record["train/refresh_s"] = inference.refresh(saved, step)
+            run_log.log(step, record)
+            result.history.append({"step": step, **record})
+            progress.update(1)
+            progress.set_postfix(
+                loss=f"{metrics['loss']:.4f}",
+                reward=f"{metrics['reward_mean']:.3f}",
+                tok_s=f"{metrics['tokens_per_s']:.0f}",
+            )
+            if refresh_due and saved is not None:
+                run_eval(step, saved)
+            if final:
+                result.final_checkpoint = saved
+    finally:
+        progress.close()
+        result.step = step
+        result.stopped_early = step < config.training_steps
+        try:
+            if step > last_saved and step > start_step:
+                # Interrupted (or failed) after completed steps: keep them.
+                result.final_checkpoint = checkpoint(step, final=False)
+                for bid in pending_acks:
+                    client.ack(bid)
+        finally:
+            inference.stop()
+            run_log.finish()
+            result.plot_path = plot_training_curves(
+                Path(config.save_path) / "metrics.jsonl", config.resolved_plot_path, max_step=step
+            )
+    return result
+
+
+def _require_mode(config: TrainingConfig, modes: tuple[str, ...], fn: str) -> None:
+    if config.weight_bridge_mode not in modes:
+        raise ValueError(f"{fn} needs weight_bridge_mode in {modes}, got {config.weight_bridge_mode!r}")
+
+
+def train_legacy(config: TrainingConfig, eval_hook: EvalHook | None = None, **kwargs: Any) -> TrainingResult:
+    """Mode ``none``: full-model training; vLLM restarted (or reloaded) on each new checkpoint."""
+    _require_mode(config, ("none",), "train_legacy")
+    return train(config, eval_hook, **kwargs)
+
+
+def train_lora(config: TrainingConfig, eval_hook: EvalHook | None = None, **kwargs: Any) -> TrainingResult:
+    """Mode ``lora_only``: LoRA adapters hot-swapped into a running vLLM (``--enable-lora``)."""
+    _require_mode(config, ("lora_only",), "train_lora")
+    return train(config, eval_hook, **kwargs)
+
+
+def train_lora_restart(
+    config: TrainingConfig, eval_hook: EvalHook | None = None, **kwargs: Any
+) -> TrainingResult:
+    """Mode ``lora_restart``: LoRA adapters; vLLM restarted with each new adapter."""
+    _require_mode(config, ("lora_restart",), "train_lora_restart")
+    return train(config, eval_hook, **kwargs)
+
+
+def train_shared_vllm(config: TrainingConfig, *args: Any, **kwargs: Any) -> TrainingResult:
+    """Mode ``shared_vllm`` (CUDA IPC weight sharing) is not available: always raises NotImplementedError."""
+    raise NotImplementedError(SHARED_VLLM_UNAVAILABLE)
+
+
+def checkpoint_dir_for(config: TrainingConfig, step: int, final: bool = False) -> Path:
+    """Where :func:`train` writes the checkpoint of ``step``."""
+    return Path(config.save_path) / checkpoint_name(step, config.is_lora, final)
+
+
+__all__ = [
+    "EvalHook",
+    "InferenceSync",
+    "TrainingResult",
+    "checkpoint_dir_for",
+    "read_trainer_state",
+    "train",
+    "train_legacy",
+    "train_lora",
+    "train_lora_restart",
+    "train_shared_vllm",
+]
