@@ -30,16 +30,19 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.middleware import Middleware
 
 from example_trainer.weight_refresh import (
     PAUSE_MODES,
     CheckpointError,
+    check_compatible,
     reload_weights_in_place,
     validate_checkpoint_dir,
 )
@@ -53,6 +56,32 @@ _LORA_REDIRECT_PATHS = ("/v1/completions", "/v1/chat/completions")
 
 class BadRequest(ValueError):
     """A client error in a request body; the message is returned to the client with a 400."""
+
+
+class ApiError(Exception):
+    """An HTTP error answered as ``{"error": {"message", "type", "param", "code"}}`` (vLLM's shape).
+
+    Unlike vLLM's own handler, the message is not sanitised: paths and names stay in it, so
+    the trainer's log says exactly which checkpoint or adapter was refused.
+    """
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+
+
+async def _api_error_handler(_request: Request, exc: ApiError) -> JSONResponse:
+    error = {"message": exc.message, "type": HTTPStatus(exc.status_code).phrase, "param": None}
+    return JSONResponse({"error": {**error, "code": exc.status_code}}, status_code=exc.status_code)
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{loc}: {err['msg']}")
+    return "invalid body: " + "; ".join(parts)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -249,7 +278,7 @@ class UpdateWeightsBody(BaseModel):
 def _engine(request: Request) -> Any:
     engine = getattr(request.app.state, "engine_client", None)
     if engine is None:
-        raise HTTPException(status_code=503, detail="engine not initialized")
+        raise ApiError(503, "engine not initialized")
     return engine
 
 
@@ -272,14 +301,14 @@ async def require_api_key(request: Request) -> None:
         return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or token not in keys:
-        raise HTTPException(status_code=401, detail="missing or invalid bearer token")
+        raise ApiError(401, "missing or invalid bearer token")
 
 
 async def _json_body(request: Request) -> Any:
     try:
         return await request.json()
     except (ValueError, UnicodeDecodeError) as exc:
-        raise HTTPException(status_code=400, detail=f"request body is not valid JSON: {exc}") from exc
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from exc
 
 
 def _prompt_text(engine: Any, final_output: Any) -> str:
@@ -301,6 +330,7 @@ def _vocab_size(engine: Any) -> int | None:
 def build_atropos_router() -> APIRouter:
     """The Atropos routes; they read ``app.state.engine_client`` and ``app.state.atropos_bridge``."""
     from vllm.exceptions import VLLMError
+    from vllm.v1.engine.exceptions import EngineDeadError
 
     router = APIRouter()
     auth = [Depends(require_api_key)]
@@ -318,7 +348,7 @@ def build_atropos_router() -> APIRouter:
         except asyncio.CancelledError:
             return Response(status_code=499)
         except Exception as exc:  # noqa: BLE001 - a failing engine is what this route reports
-            raise HTTPException(status_code=500, detail=f"generation failed: {exc}") from exc
+            raise ApiError(500, f"generation failed: {exc}") from exc
         return Response(status_code=200)
 
     @router.post("/generate", dependencies=auth)
@@ -328,17 +358,19 @@ def build_atropos_router() -> APIRouter:
         try:
             parsed = parse_generate_request(body, vocab_size=_vocab_size(engine))
         except BadRequest as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from exc
+            raise ApiError(400, str(exc)) from exc
         request_id = f"generate-{uuid.uuid4().hex}"
         results = engine.generate(
             parsed.prompt, parsed.sampling_params, request_id, lora_request=_bridge(request).active_lora
         )
         try:
             first = await anext(results)
+        except EngineDeadError as exc:
+            raise ApiError(503, f"the inference engine is dead: {exc}") from exc
         except (ValueError, TypeError, VLLMError) as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from exc
+            raise ApiError(400, str(exc)) from exc
         except StopAsyncIteration as exc:
-            raise HTTPException(status_code=500, detail="engine returned no output") from exc
+            raise ApiError(500, "engine returned no output") from exc
 
         if parsed.stream:
             prompt_text = _prompt_text(engine, first)
@@ -385,7 +417,7 @@ def build_atropos_router() -> APIRouter:
     @router.post("/bridge/pause", dependencies=auth)
     async def bridge_pause(request: Request, mode: str = "keep") -> dict[str, str]:
         if mode not in PAUSE_MODES:
-            raise HTTPException(status_code=400, detail=f"mode must be one of {list(PAUSE_MODES)}")
+            raise ApiError(400, f"mode must be one of {list(PAUSE_MODES)}")
         engine = _engine(request)
         if not hasattr(engine, "pause_generation"):
             return {"status": "not_supported"}
@@ -409,7 +441,7 @@ def build_atropos_router() -> APIRouter:
     @router.post("/bridge/sleep", dependencies=auth)
     async def bridge_sleep(request: Request, level: int = 1) -> dict[str, str]:
         if level not in (0, 1, 2):
-            raise HTTPException(status_code=400, detail="level must be 0, 1 or 2")
+            raise ApiError(400, "level must be 0, 1 or 2")
         await _engine(request).sleep(level)
         return {"status": "sleeping"}
 
@@ -427,23 +459,27 @@ def build_atropos_router() -> APIRouter:
         body = await _json_body(request)
         try:
             parsed = UpdateWeightsBody.model_validate(body)
-        except ValueError as exc:
-            raise HTTPException(status_code=400, detail=f"invalid body: {exc}") from exc
+        except ValidationError as exc:
+            raise ApiError(400, _validation_message(exc)) from exc
         if parsed.pause_mode not in PAUSE_MODES:
-            raise HTTPException(status_code=400, detail=f"pause_mode must be one of {list(PAUSE_MODES)}")
+            raise ApiError(400, f"pause_mode must be one of {list(PAUSE_MODES)}")
         try:
             checkpoint = validate_checkpoint_dir(parsed.checkpoint_dir)
         except FileNotFoundError as exc:
-            raise HTTPException(status_code=404, detail=str(exc)) from exc
+            raise ApiError(404, str(exc)) from exc
         except CheckpointError as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from exc
+            raise ApiError(400, str(exc)) from exc
         engine = _engine(request)
         state = _bridge(request)
+        try:
+            check_compatible(checkpoint, _served_config(engine), _served_model_dir(engine))
+        except CheckpointError as exc:
+            raise ApiError(400, str(exc)) from exc
         async with state.update_lock:
             try:
                 seconds = await reload_weights_in_place(engine, checkpoint, pause_mode=parsed.pause_mode)
             except CheckpointError as exc:
-                raise HTTPException(status_code=400, detail=str(exc)) from exc
+                raise ApiError(400, str(exc)) from exc
             state.update_count += 1
             state.last_update_time = time.time()
             state.last_checkpoint_dir = str(checkpoint)
@@ -501,18 +537,16 @@ def build_atropos_router() -> APIRouter:
         body = await _json_body(request)
         try:
             parsed = LoraLoadBody.model_validate(body)
-        except ValueError as exc:
-            raise HTTPException(status_code=400, detail=f"invalid body: {exc}") from exc
+        except ValidationError as exc:
+            raise ApiError(400, _validation_message(exc)) from exc
         try:
             adapter_config = read_adapter_config(parsed.adapter_path)
         except FileNotFoundError as exc:
-            raise HTTPException(status_code=404, detail=f"Adapter not found: {parsed.adapter_path}") from exc
+            raise ApiError(404, f"Adapter not found: {parsed.adapter_path}") from exc
         except BadRequest as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from exc
+            raise ApiError(400, str(exc)) from exc
         if not _lora_enabled(request):
-            raise HTTPException(
-                status_code=400, detail="LoRA is not enabled: start the server with --enable-lora"
-            )
+            raise ApiError(400, "LoRA is not enabled: start the server with --enable-lora")
         state = _bridge(request)
         name = parsed.adapter_name or f"adapter_{state.lora_load_count}"
         lora_request = await _register_adapter(request, name, str(Path(parsed.adapter_path).resolve()))
@@ -544,6 +578,18 @@ def build_atropos_router() -> APIRouter:
     return router
 
 
+def _served_config(engine: Any) -> dict[str, Any] | None:
+    try:
+        return engine.model_config.hf_config.to_dict()
+    except AttributeError:
+        return None
+
+
+def _served_model_dir(engine: Any) -> Path | None:
+    path = Path(str(engine.model_config.model))
+    return path if path.is_dir() else None
+
+
 def _device_name() -> str:
     try:
         import torch
@@ -573,7 +619,7 @@ async def _register_adapter(request: Request, name: str, path: str) -> Any:
     )
     if isinstance(result, ErrorResponse):
         code = result.error.code if 400 <= result.error.code < 500 else 400
-        raise HTTPException(status_code=code, detail=f"could not load adapter: {result.error.message}")
+        raise ApiError(code, f"could not load adapter: {result.error.message}")
     # Prefix-cache entries computed with a previous adapter under the same id must not be reused.
     await _engine(request).reset_prefix_cache()
     return models.lora_requests[name]
@@ -697,13 +743,13 @@ def build_server_app(args: Any, engine_client: Any, supported_tasks: Any) -> Fas
 
     app = build_app(args, supported_tasks, engine_client.model_config)
     app.state.atropos_bridge = BridgeState()
+    app.add_exception_handler(ApiError, _api_error_handler)
     router = build_atropos_router()
     app.include_router(router)
-    if app.middleware_stack is None:
-        app.add_middleware(ActiveLoraMiddleware, fastapi_app=app)
-    else:
-        # vLLM's app builder has already assembled its middleware stack: wrap it.
-        app.middleware_stack = ActiveLoraMiddleware(app.middleware_stack, fastapi_app=app)
+    # vLLM's builder has already assembled the middleware stack; add ours outermost and rebuild
+    # it, so that the new exception handler and middleware take effect.
+    app.user_middleware.insert(0, Middleware(ActiveLoraMiddleware, fastapi_app=app))
+    app.middleware_stack = app.build_middleware_stack()
     return app
 
 

@@ -16,7 +16,10 @@ unless a ``model.safetensors.index.json`` lists the shards.
 
 from __future__ import annotations
 
+import json
+import struct
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,21 @@ import requests
 PAUSE_MODES = ("wait", "keep", "abort")
 
 _INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+#: Config fields that fix the parameter shapes; a checkpoint must agree on them to be reloaded.
+ARCHITECTURE_KEYS = (
+    "architectures",
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "tie_word_embeddings",
+)
+#: Tensor names a checkpoint may carry that vLLM skips on load (derived or tied weights).
+_IGNORABLE_EXTRA = ("rotary_emb.inv_freq", "lm_head.weight")
 
 
 class CheckpointError(ValueError):
@@ -68,6 +86,71 @@ def validate_checkpoint_dir(checkpoint_dir: str | Path) -> Path:
             "move them to a subdirectory or add model.safetensors.index.json"
         )
     return path
+
+
+def safetensors_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape for every top-level ``*.safetensors`` file, read from the headers only."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(directory.glob("*.safetensors")):
+        with open(file, "rb") as fh:
+            (header_len,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(header_len))
+        for name, meta in header.items():
+            if name != "__metadata__":
+                shapes[name] = tuple(meta["shape"])
+    return shapes
+
+
+def check_compatible(
+    checkpoint_dir: Path,
+    served_config: Mapping[str, Any] | None = None,
+    reference_dir: Path | None = None,
+) -> None:
+    """Refuse a checkpoint that does not fit the served model, before the engine touches it.
+
+    A failed in-place load leaves a vLLM engine dead, so mismatches are caught here:
+    ``served_config`` (the served model's Hugging Face config as a dict) must agree with the
+    checkpoint's ``config.json`` on :data:`ARCHITECTURE_KEYS`, and when ``reference_dir`` (the
+    served model's own directory) has safetensors files, the checkpoint must hold the same
+    tensor names with the same shapes.
+
+    Raises:
+        CheckpointError: naming the first differing field or the offending tensors.
+    """
+    cfg_file = checkpoint_dir / "config.json"
+    if served_config is not None and cfg_file.exists():
+        try:
+            new_cfg = json.loads(cfg_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"unreadable config.json in {checkpoint_dir}: {exc}") from exc
+        for key in ARCHITECTURE_KEYS:
+            if key in new_cfg and key in served_config and new_cfg[key] != served_config[key]:
+                raise CheckpointError(
+                    f"checkpoint {key}={new_cfg[key]!r} differs from the served model's {served_config[key]!r}"
+                )
+    if reference_dir is None or not reference_dir.is_dir():
+        return
+    try:
+        ref = safetensors_shapes(reference_dir)
+        new = safetensors_shapes(checkpoint_dir)
+    except (OSError, ValueError, struct.error, KeyError) as exc:
+        raise CheckpointError(f"unreadable safetensors header in {checkpoint_dir}: {exc}") from exc
+    if not ref or not new:
+        return
+    missing = sorted(ref.keys() - new.keys())
+    if missing:
+        raise CheckpointError(
+            f"checkpoint lacks {len(missing)} tensors of the served model, e.g. {missing[:3]}"
+        )
+    extra = sorted(k for k in new.keys() - ref.keys() if not k.endswith(_IGNORABLE_EXTRA))
+    if extra:
+        raise CheckpointError(f"checkpoint has {len(extra)} tensors the served model lacks, e.g. {extra[:3]}")
+    wrong = [(k, new[k], ref[k]) for k in sorted(ref) if new[k] != ref[k]]
+    if wrong:
+        name, got, want = wrong[0]
+        raise CheckpointError(
+            f"{len(wrong)} tensors have other shapes, e.g. {name}: {list(got)} vs {list(want)}"
+        )
 
 
 async def reload_weights_in_place(engine: Any, checkpoint_dir: Path, *, pause_mode: str = "wait") -> float:
