@@ -130,3 +130,69 @@ class LiveRun:
             "envs": self.get("/inspect/envs"),
             "recent_seqs": [g["seq"] for g in self.get("/inspect/recent", params={"limit": 1000})["groups"]],
         }
+
+
+def run_tool(module: str, *args: Any, timeout: float = 120, env: dict[str, str] | None = None) -> Any:
+    """Run ``python -m atroposlib.cli.<module> args...``; asserts it never prints a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    full_env = dict(os.environ)
+    full_env.pop("ATROPOS_API_KEY", None)
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-m", f"atroposlib.cli.{module}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def read_wandb_records(path: Path) -> list[Any]:
+    """Decode a W&B ``.wandb`` transaction log (LevelDB-style log records of protobuf ``Record``s)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = Path(path).read_bytes()
+    assert data[:4] == b":W&B", "not a W&B transaction log"
+    block, pos, chunks, buf = 32768, 7, [], b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if length == 0 and kind == 0:
+            pos += left
+            continue
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+        if kind == 1:
+            chunks.append(chunk)
+        elif kind == 2:
+            buf = chunk
+        elif kind == 3:
+            buf += chunk
+        elif kind == 4:
+            chunks.append(buf + chunk)
+    records = []
+    for raw in chunks:
+        record = pb.Record()
+        record.ParseFromString(raw)
+        records.append(record)
+    return records
+
+
+def free_port_url() -> str:
+    """A loopback URL where nothing listens."""
+    from atroposlib.testing.api_process import free_port
+
+    return f"http://127.0.0.1:{free_port()}"
