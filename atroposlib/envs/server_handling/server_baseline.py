@@ -1,0 +1,647 @@
+"""Configuration models, the weighted semaphore, and the abstract per-backend client :class:`APIServer`.
+
+Names and defaults follow atroposlib 0.4.0. Differences that fix its defects:
+
+* :class:`AsyncSemWithAdaptiveWeight` is written from scratch (no private ``asyncio`` internals).
+* Each request is retried at most ``APIServer.max_attempts`` times (default 3), only on transient
+  failures, and the caller gets the original exception.
+* While a server is unhealthy, requests wait for it to recover for at most ``config.timeout``
+  seconds, then fail with :class:`ServerUnavailableError`; health checks use cheap endpoints.
+* Metric buffers are bounded by ``rolling_buffer_length``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Optional
+
+import numpy as np
+from openai.types.chat.chat_completion import ChatCompletion
+from openai.types.completion import Completion
+from pydantic import BaseModel, Field, model_validator
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from atroposlib.envs.server_handling.errors import (
+    ServerUnavailableError,
+    is_connection_failure,
+    is_retryable,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Accepted values of ``ReasoningConfig.effort``.
+VALID_REASONING_EFFORTS = {"none", "minimal", "low", "medium", "high", "xhigh"}
+
+
+@dataclass
+class ReasoningConfig:
+    """Reasoning ("thinking") settings injected into chat requests as ``extra_body``.
+
+    Setting ``effort`` or ``max_tokens`` turns ``enabled`` on. ``effort`` must be one of
+    :data:`VALID_REASONING_EFFORTS` (``ValueError`` otherwise).
+    """
+
+    enabled: bool = False
+    effort: Optional[str] = None
+    max_tokens: Optional[int] = None
+
+    #: Approximate reasoning-token budgets per effort level (share of a 32k budget).
+    EFFORT_TO_MAX_TOKENS: ClassVar[dict[str, int]] = {
+        "none": 1024,
+        "minimal": 3200,
+        "low": 6400,
+        "medium": 16000,
+        "high": 25600,
+        "xhigh": 30400,
+    }
+
+    def __post_init__(self) -> None:
+        if self.effort is not None and self.effort not in VALID_REASONING_EFFORTS:
+            raise ValueError(
+                f"Invalid reasoning_effort: {self.effort!r}. Must be one of: {sorted(VALID_REASONING_EFFORTS)}"
+            )
+        if self.effort is not None or self.max_tokens is not None:
+            self.enabled = True
+
+    def is_reasoning_kwargs_active(self) -> bool:
+        """Whether reasoning parameters should be sent at all."""
+        return self.enabled
+
+    def build_extra_body(
+        self, base_url: Optional[str] = None, use_max_tokens: bool = False
+    ) -> Optional[dict[str, Any]]:
+        """The ``extra_body`` fragment for a request to ``base_url``, or None when inactive.
+
+        The official OpenAI endpoint takes a top-level ``reasoning_effort`` (default "medium");
+        other providers (OpenRouter style) take ``{"reasoning": {"enabled": True, ...}}`` with exactly
+        one of ``effort`` or ``max_tokens`` (effort wins; with ``use_max_tokens`` the effort is
+        converted to a token budget).
+        """
+        if not self.is_reasoning_kwargs_active():
+            return None
+        if base_url and "api.openai.com" in base_url:
+            return {"reasoning_effort": self.effort or "medium"}
+        reasoning: dict[str, Any] = {"enabled": True}
+        if use_max_tokens and self.effort is not None:
+            reasoning["max_tokens"] = self.EFFORT_TO_MAX_TOKENS.get(self.effort, 8192)
+        elif self.effort is not None:
+            reasoning["effort"] = self.effort
+        elif self.max_tokens is not None:
+            reasoning["max_tokens"] = self.max_tokens
+        return {"reasoning": reasoning}
+
+    @classmethod
+    def from_env_config(cls, env_config: Any) -> ReasoningConfig:
+        """Build from an env config's ``thinking_mode``, ``reasoning_effort``, ``max_reasoning_tokens``."""
+        thinking_mode = bool(getattr(env_config, "thinking_mode", False))
+        effort = getattr(env_config, "reasoning_effort", None)
+        max_tokens = getattr(env_config, "max_reasoning_tokens", None)
+        enabled = thinking_mode or effort is not None or max_tokens is not None
+        return cls(enabled=enabled, effort=effort, max_tokens=max_tokens)
+
+
+class AsyncSemWithAdaptiveWeight:
+    """An asyncio semaphore whose usable size is ``max_val * weight``.
+
+    ``weight`` is the environment's share of the inference fleet (from the trajectory API); the
+    semaphore hands out a slot while fewer than ``max_val * weight`` are in use (at least one slot
+    is always usable, so a momentary weight of 0 cannot deadlock a run). Waiters are served first
+    come, first served. Lowering the weight never revokes slots already held.
+
+    Compatible with the original's interface: ``max_val``, ``weight``, ``min_val()``,
+    ``update_weight(w)``, ``locked()``, ``acquire()``/``release()``, ``async with``, and a read-only
+    ``_value`` (free slots counted against ``max_val``, like ``asyncio.Semaphore._value``).
+    """
+
+    def __init__(self, value: int):
+        if value < 0:
+            raise ValueError(f"semaphore size must be >= 0, got {value}")
+        self.max_val = value
+        self.weight = 1.0
+        self._in_use = 0
+        self._waiters: collections.deque[asyncio.Future] = collections.deque()
+        self._listeners: list[Callable[[], None]] = []
+
+    # -- state -----------------------------------------------------------------------------------
+    def min_val(self) -> float:
+        """The free-slot level below which no slot is handed out: ``max_val * (1 - weight)``."""
+        return self.max_val * (1.0 - self.weight)
+
+    @property
+    def limit(self) -> float:
+        """Usable concurrency right now: ``max_val * weight``, never below one slot."""
+        return max(self.max_val * self.weight, 1.0 if self.max_val > 0 else 0.0)
+
+    @property
+    def value(self) -> int:
+        """Free slots counted against ``max_val`` (``max_val - in_use``)."""
+        return self.max_val - self._in_use
+
+    @property
+    def _value(self) -> int:
+        return self.value
+
+    @property
+    def in_use(self) -> int:
+        """Slots currently held."""
+        return self._in_use
+
+    def available(self) -> float:
+        """Slots that can be acquired right now without waiting (0 when waiters are queued)."""
+        if self._waiters:
+            return 0.0
+        return max(0.0, self.limit - self._in_use)
+
+    def locked(self) -> bool:
+        """True if :meth:`acquire` would have to wait."""
+        return bool(self._waiters) or self._in_use >= self.limit
+
+    # -- weight ----------------------------------------------------------------------------------
+    def update_weight(self, weight: float) -> None:
+        """Set the share (clamped to [0, 1]) and wake waiters that now fit."""
+        self.weight = min(1.0, max(0.0, float(weight)))
+        self._wake()
+        self._notify()
+
+    # -- acquire / release -----------------------------------------------------------------------
+    async def acquire(self) -> bool:
+        """Take a slot, waiting (FIFO) until one is usable. Always returns True."""
+        if not self._waiters and self._in_use < self.limit:
+            self._in_use += 1
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                # The slot was handed over just before the cancellation landed: give it back.
+                self._in_use -= 1
+            else:
+                try:
+                    self._waiters.remove(fut)
+                except ValueError:
+                    pass
+            self._wake()
+            self._notify()
+            raise
+        return True
+
+    def release(self) -> None:
+        """Return a slot; raises ``ValueError`` if none is held."""
+        if self._in_use <= 0:
+            raise ValueError("AsyncSemWithAdaptiveWeight released more times than acquired")
+        self._in_use -= 1
+        self._wake()
+        self._notify()
+
+    def _wake(self) -> None:
+        # Slots are handed over directly to waiters (counted at grant time), so a coroutine that
+        # arrives between the grant and the waiter resuming cannot steal them.
+        while self._waiters and self._in_use < self.limit:
+            fut = self._waiters.popleft()
+            if fut.done():
+                continue
+            self._in_use += 1
+            fut.set_result(True)
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        self.release()
+
+    # -- change notification (used by ServerManager to wait without polling) ----------------------
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` whenever a slot is released or the weight changes."""
+        self._listeners.append(callback)
+
+    def remove_listener(self, callback: Callable[[], None]) -> None:
+        try:
+            self._listeners.remove(callback)
+        except ValueError:
+            pass
+
+    def _notify(self) -> None:
+        for callback in list(self._listeners):
+            callback()
+
+    def __repr__(self) -> str:
+        return (
+            f"<AsyncSemWithAdaptiveWeight in_use={self._in_use} max_val={self.max_val} "
+            f"weight={self.weight:.3f} waiters={len(self._waiters)}>"
+        )
+
+
+def _warn_unknown_keys(cls: type[BaseModel], data: Any) -> None:
+    if isinstance(data, dict):
+        unknown = sorted(str(k) for k in data if k not in cls.model_fields)
+        if unknown:
+            warnings.warn(
+                f"{cls.__name__}: ignoring unknown field(s) {', '.join(unknown)}",
+                UserWarning,
+                stacklevel=4,
+            )
+
+
+class ServerBaseline(BaseModel):
+    """Settings shared by every inference server.
+
+    Passed on its own to ``ServerManager`` it means "discover the servers": SLURM nodes when
+    ``$SLURM_JOB_NODELIST`` is set, else ``http://localhost:9004..9007/v1``. Unknown keys are
+    ignored with a warning.
+    """
+
+    timeout: int = Field(default=1200, description="Request timeout in seconds.")
+    num_max_requests_at_once: int = Field(
+        default=512,
+        ge=1,
+        description="Maximum number of concurrent training requests per server. You should divide this by the n kwarg.",
+    )
+    num_requests_for_eval: int = Field(
+        default=64, ge=1, description="Maximum number of concurrent evaluation requests per server."
+    )
+    model_name: str = Field(default="default", description="Model name sent with every request.")
+    rolling_buffer_length: int = Field(
+        default=1000, ge=1, description="Length of the rolling buffers that hold request metrics."
+    )
+    server_type: Literal["openai", "trl", "sglang", "vllm"] = Field(
+        default="openai", description="Backend type: openai, trl, sglang or vllm."
+    )
+    tokenizer_name: str = Field(
+        default="none", description="Tokenizer for the vllm/sglang/trl backends; 'none' uses model_name."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _warn_extra(cls, data: Any) -> Any:
+        _warn_unknown_keys(cls, data)
+        return data
+
+
+class APIServerConfig(ServerBaseline):
+    """One concrete inference server."""
+
+    api_key: Optional[str] = Field(default="", description="API key for the server.")
+    base_url: Optional[str] = Field(
+        default="", description="Base URL of the server (OpenAI style, ending in /v1)."
+    )
+    n_kwarg_is_ignored: bool = Field(
+        default=False, description="Whether the server ignores the n kwarg (then n requests are sent)."
+    )
+    health_check: bool = Field(
+        default=True, description="Whether to check the server's health in the background."
+    )
+
+
+def resolved_tokenizer_name(config: ServerBaseline) -> str:
+    """``config.tokenizer_name`` unless it is "none"/empty, else ``config.model_name``."""
+    name = config.tokenizer_name
+    return config.model_name if not name or name.lower() == "none" else name
+
+
+class APIServer(ABC):
+    """Client for one inference server: concurrency limits, health, retries and metrics.
+
+    Subclasses implement the backend hooks ``_chat_completion_wrapper``, ``_completion_wrapper``,
+    ``_tokens_and_logprobs_completion_wrapper`` (and optionally ``_get_logprobs_wrapper``) plus
+    ``check_server_status_task``. The public methods accept OpenAI-style keyword arguments and a
+    ``split`` kwarg: ``"train"`` (default) uses ``sem`` and the training metrics, anything else
+    uses ``eval_sem`` and the evaluation metrics.
+    """
+
+    #: Attempts per request (first try included); only transient errors are retried.
+    max_attempts: int = 3
+    #: Randomised exponential backoff between attempts: multiplier and cap, seconds.
+    retry_wait_multiplier: float = 1.0
+    retry_wait_max: float = 10.0
+    #: Seconds between health probes while healthy, and the cap of the backoff while unhealthy.
+    health_check_interval: float = 5.0
+    health_check_max_backoff: float = 5.0
+    #: Timeout of one health probe, seconds.
+    health_probe_timeout: float = 5.0
+
+    def __init__(self, config: APIServerConfig, reasoning_config: Optional[ReasoningConfig] = None):
+        self.config = config
+        self.reasoning_config = reasoning_config
+        self.sem = AsyncSemWithAdaptiveWeight(config.num_max_requests_at_once)
+        self.eval_sem = AsyncSemWithAdaptiveWeight(config.num_requests_for_eval)
+        self._server_healthy = True
+        maxlen = max(1, int(getattr(config, "rolling_buffer_length", 1000) or 1000))
+        self.attempts_list: collections.deque[int] = collections.deque(maxlen=maxlen)
+        self.request_timings: collections.deque[float] = collections.deque(maxlen=maxlen)
+        self.eval_attempts_list: collections.deque[int] = collections.deque(maxlen=maxlen)
+        self.eval_request_timings: collections.deque[float] = collections.deque(maxlen=maxlen)
+        self.failed_requests = 0
+        self.check_task: Optional[asyncio.Task] = None
+        self.initialized = False
+        self._listeners: list[Callable[[], None]] = []
+        self._recheck: Optional[asyncio.Event] = None
+        self._warned_model_override = False
+
+    # -- health ------------------------------------------------------------------------------------
+    @property
+    def server_healthy(self) -> bool:
+        """Whether the server is believed reachable; requests wait (bounded) while it is not."""
+        return self._server_healthy
+
+    @server_healthy.setter
+    def server_healthy(self, value: bool) -> None:
+        changed = bool(value) != self._server_healthy
+        self._server_healthy = bool(value)
+        if changed:
+            if not value:
+                logger.warning("Inference server %s is unhealthy", self._describe())
+            else:
+                logger.info("Inference server %s is healthy", self._describe())
+            self._notify()
+
+    def _describe(self) -> str:
+        return getattr(self.config, "base_url", None) or type(self).__name__
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` on health changes and on every semaphore release/weight change."""
+        self._listeners.append(callback)
+        self.sem.add_listener(callback)
+        self.eval_sem.add_listener(callback)
+
+    def remove_listener(self, callback: Callable[[], None]) -> None:
+        try:
+            self._listeners.remove(callback)
+        except ValueError:
+            pass
+        self.sem.remove_listener(callback)
+        self.eval_sem.remove_listener(callback)
+
+    def _notify(self) -> None:
+        for callback in list(self._listeners):
+            callback()
+
+    def _health_checks_enabled(self) -> bool:
+        return (
+            bool(getattr(self.config, "health_check", False))
+            and getattr(self.config, "base_url", None) is not None
+        )
+
+    def _ensure_started(self, chat_completion: bool) -> None:
+        """Start the background health check on first use (and again after an event-loop change)."""
+        task = self.check_task
+        loop = asyncio.get_running_loop()
+        if self.initialized and (task is None or task.get_loop() is loop):
+            return
+        if self._health_checks_enabled():
+            self.check_task = loop.create_task(self.check_server_status_task(chat_completion=chat_completion))
+        else:
+            self.server_healthy = True
+            self.check_task = None
+        self.initialized = True
+
+    @abstractmethod
+    async def check_server_status_task(self, chat_completion: bool = True):
+        """Long-running task keeping ``server_healthy`` up to date (see :meth:`_health_check_loop`)."""
+
+    async def _probe_health(self) -> bool:
+        """One cheap health probe; True when the server answers. Backends override this."""
+        return True
+
+    async def _health_check_loop(self) -> None:
+        """Probe periodically: every ``health_check_interval`` s while healthy, with a backoff
+        (0.25 s doubling up to ``health_check_max_backoff``) while not, and immediately when a
+        request reports a connection failure."""
+        backoff = 0.25
+        self._recheck = asyncio.Event()
+        while True:
+            try:
+                healthy = await self._probe_health()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a probe must never kill the loop
+                logger.debug("health probe of %s failed: %r", self._describe(), exc)
+                healthy = False
+            self.server_healthy = healthy
+            if healthy:
+                backoff = 0.25
+                interval = self.health_check_interval
+            else:
+                interval = backoff
+                backoff = min(backoff * 2, self.health_check_max_backoff)
+            self._recheck.clear()
+            try:
+                await asyncio.wait_for(self._recheck.wait(), timeout=interval)
+            except asyncio.TimeoutError:
+                pass
+
+    def _request_recheck(self) -> None:
+        if self._recheck is not None:
+            self._recheck.set()
+
+    async def _wait_until_healthy(self, deadline: float) -> None:
+        """Return once the server is healthy; ServerUnavailableError at ``deadline`` (loop time)."""
+        if self.server_healthy:
+            return
+        loop = asyncio.get_running_loop()
+        changed = asyncio.Event()
+        self._listeners.append(changed.set)
+        try:
+            while not self.server_healthy:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise ServerUnavailableError(
+                        f"inference server {self._describe()} stayed unhealthy for "
+                        f"{self.config.timeout} s; is it running and reachable?"
+                    )
+                changed.clear()
+                try:
+                    await asyncio.wait_for(changed.wait(), timeout=remaining)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            try:
+                self._listeners.remove(changed.set)
+            except ValueError:
+                pass
+
+    # -- weights and metrics ---------------------------------------------------------------------
+    async def update_weight(self, weight: float) -> None:
+        """Set this environment's share of the server on both semaphores."""
+        self.sem.update_weight(weight)
+        self.eval_sem.update_weight(weight)
+
+    async def wandb_metrics(self, metrics_dict: Optional[dict], server_name: Optional[str]) -> dict:
+        """Add request-time and attempt statistics (over the rolling buffers) to ``metrics_dict``.
+
+        Keys: ``server/{name}_request_time_{avg,std,99p}``, ``server/{name}_eval_request_time_{...}``,
+        ``server/{name}_average_num_attempts``, ``server/{name}_eval_retry_rate``.
+        """
+        metrics_dict = {} if metrics_dict is None else metrics_dict
+        name = server_name or "server"
+        if self.request_timings:
+            timings = np.asarray(self.request_timings, dtype=float)
+            metrics_dict[f"server/{name}_request_time_avg"] = float(timings.mean())
+            metrics_dict[f"server/{name}_request_time_std"] = float(timings.std())
+            metrics_dict[f"server/{name}_request_time_99p"] = float(np.percentile(timings, 99))
+        if self.eval_request_timings:
+            timings = np.asarray(self.eval_request_timings, dtype=float)
+            metrics_dict[f"server/{name}_eval_request_time_avg"] = float(timings.mean())
+            metrics_dict[f"server/{name}_eval_request_time_std"] = float(timings.std())
+            metrics_dict[f"server/{name}_eval_request_time_99p"] = float(np.percentile(timings, 99))
+        if self.attempts_list:
+            metrics_dict[f"server/{name}_average_num_attempts"] = float(np.mean(self.attempts_list))
+        if self.eval_attempts_list:
+            metrics_dict[f"server/{name}_eval_retry_rate"] = float(np.mean(self.eval_attempts_list))
+        return metrics_dict
+
+    # -- backend hooks -----------------------------------------------------------------------------
+    @abstractmethod
+    async def _chat_completion_wrapper(self, **kwargs) -> ChatCompletion:
+        """Perform one chat completion request on the backend."""
+
+    @abstractmethod
+    async def _completion_wrapper(self, **kwargs) -> Completion:
+        """Perform one text completion request on the backend."""
+
+    @abstractmethod
+    async def _tokens_and_logprobs_completion_wrapper(self, **kwargs) -> tuple[list, list, list, list]:
+        """Return ``(prompt_tokens, output_tokens_per_choice, output_logprobs_per_choice, finish_reasons)``."""
+
+    async def _get_logprobs_wrapper(self, **kwargs) -> dict[str, Any]:
+        """Return ``{"prompt_tokens", "prompt_topk_token_ids", "prompt_topk_logprobs"}``."""
+        raise NotImplementedError(f"{type(self).__name__} does not support get_logprobs (prompt logprobs).")
+
+    # -- request plumbing --------------------------------------------------------------------------
+    def _inject_reasoning_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Merge the reasoning ``extra_body`` into a chat request (unless ``skip_reasoning=True``).
+
+        For api.openai.com also force ``temperature=1.0`` and send ``max_completion_tokens``.
+        """
+        if kwargs.pop("skip_reasoning", False):
+            return kwargs
+        if self.reasoning_config is None or not self.reasoning_config.is_reasoning_kwargs_active():
+            return kwargs
+        base_url = getattr(self.config, "base_url", None)
+        extra = self.reasoning_config.build_extra_body(base_url)
+        if extra:
+            kwargs["extra_body"] = {**(kwargs.get("extra_body") or {}), **extra}
+        if base_url and "api.openai.com" in base_url:
+            kwargs["temperature"] = 1.0
+            if kwargs.get("max_tokens"):
+                kwargs["max_completion_tokens"] = kwargs.pop("max_tokens")
+        return kwargs
+
+    def _prepare(self, kwargs: dict[str, Any], chat_completion: bool) -> tuple[str, dict[str, Any]]:
+        self._ensure_started(chat_completion)
+        supplied = kwargs.get("model")
+        if supplied is not None and supplied != self.config.model_name and not self._warned_model_override:
+            # Kept from the original: the configured model name always wins.
+            logger.warning(
+                "model=%r passed to %s is replaced by the configured model_name %r",
+                supplied,
+                type(self).__name__,
+                self.config.model_name,
+            )
+            self._warned_model_override = True
+        kwargs["model"] = self.config.model_name
+        split = kwargs.pop("split", "train")
+        return split, kwargs
+
+    async def _call(self, wrapper: Callable[..., Awaitable[Any]], split: str, kwargs: dict[str, Any]) -> Any:
+        """Run ``wrapper(**kwargs)`` under the split's semaphore with health wait, retries, metrics."""
+        is_train = split == "train"
+        sem = self.sem if is_train else self.eval_sem
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(self.config.timeout)
+        stats = {"attempts": 0, "start": None}
+
+        async def attempt_once() -> Any:
+            await self._wait_until_healthy(deadline)
+            async with sem:
+                if stats["start"] is None:
+                    stats["start"] = time.monotonic()
+                stats["attempts"] += 1
+                try:
+                    return await wrapper(**dict(kwargs))
+                except Exception as exc:
+                    if is_connection_failure(exc) and self._health_checks_enabled():
+                        self._request_recheck()
+                    raise
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(max(1, self.max_attempts)),
+            wait=wait_random_exponential(multiplier=self.retry_wait_multiplier, max=self.retry_wait_max),
+            retry=retry_if_exception(is_retryable),
+            reraise=True,
+            before_sleep=self._log_retry,
+        )
+        try:
+            result = await retrying(attempt_once)
+        except BaseException:
+            self.failed_requests += 1
+            raise
+        elapsed = time.monotonic() - (stats["start"] or time.monotonic())
+        if is_train:
+            self.request_timings.append(elapsed)
+            self.attempts_list.append(stats["attempts"])
+        else:
+            self.eval_request_timings.append(elapsed)
+            self.eval_attempts_list.append(stats["attempts"])
+        return result
+
+    def _log_retry(self, retry_state) -> None:
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        logger.warning(
+            "request to %s failed (attempt %d/%d): %r; retrying",
+            self._describe(),
+            retry_state.attempt_number,
+            self.max_attempts,
+            exc,
+        )
+
+    # -- public API --------------------------------------------------------------------------------
+    async def chat_completion(self, **kwargs) -> ChatCompletion:
+        """OpenAI-style chat completion (reasoning kwargs injected unless ``skip_reasoning=True``)."""
+        split, kwargs = self._prepare(kwargs, chat_completion=True)
+        kwargs = self._inject_reasoning_kwargs(kwargs)
+        return await self._call(self._chat_completion_wrapper, split, kwargs)
+
+    async def completion(self, **kwargs) -> Completion:
+        """OpenAI-style text completion (no reasoning injection)."""
+        split, kwargs = self._prepare(kwargs, chat_completion=False)
+        kwargs.pop("skip_reasoning", None)
+        return await self._call(self._completion_wrapper, split, kwargs)
+
+    async def tokens_and_logprobs_completion(self, **kwargs) -> tuple[list, list, list, list]:
+        """Token-level completion from ``prompt`` (text) or ``input_ids``.
+
+        Returns ``(prompt_tokens, output_tokens, output_logprobs, finish_reasons)`` with one list per
+        generated choice in the last three.
+        """
+        split, kwargs = self._prepare(kwargs, chat_completion=False)
+        kwargs.pop("skip_reasoning", None)
+        return await self._call(self._tokens_and_logprobs_completion_wrapper, split, kwargs)
+
+    async def get_logprobs(self, **kwargs) -> dict[str, Any]:
+        """Prompt logprobs for ``prompt``/``input_ids`` with ``top_k`` (or ``top_logprobs``) per position.
+
+        Returns ``{"prompt_tokens": [...], "prompt_topk_token_ids": [[...]], "prompt_topk_logprobs": [[...]]}``.
+        """
+        split, kwargs = self._prepare(kwargs, chat_completion=False)
+        return await self._call(self._get_logprobs_wrapper, split, kwargs)
+
+    async def close(self) -> None:
+        """Stop the health check and release network resources."""
+        task, self.check_task = self.check_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                if task.get_loop() is asyncio.get_running_loop():
+                    await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self.initialized = False

@@ -1,0 +1,58 @@
+"""Lazy tokenizer loading for backends that need one (none is downloaded in a constructor)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+from atroposlib.envs.server_handling.server_baseline import ServerBaseline, resolved_tokenizer_name
+
+
+class LazyTokenizer:
+    """Descriptor-free holder: ``get()`` loads ``AutoTokenizer.from_pretrained(name)`` on first use.
+
+    A tokenizer can also be injected with ``set()`` (tests, offline use). Loading errors are raised
+    with the name that failed, e.g. when the hub is unreachable.
+    """
+
+    def __init__(self, config: ServerBaseline):
+        self._config = config
+        self._tokenizer: Optional[Any] = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return resolved_tokenizer_name(self._config)
+
+    def loaded(self) -> bool:
+        return self._tokenizer is not None
+
+    def set(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
+    def get(self) -> Any:
+        if self._tokenizer is None:
+            with self._lock:
+                if self._tokenizer is None:
+                    from transformers import AutoTokenizer
+
+                    try:
+                        self._tokenizer = AutoTokenizer.from_pretrained(self.name)
+                    except Exception as exc:
+                        raise RuntimeError(
+                            f"could not load tokenizer {self.name!r} (set tokenizer_name in the server config, "
+                            f"or pass input_ids): {exc}"
+                        ) from exc
+        return self._tokenizer
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Encode ``text`` with special tokens (BOS where the tokenizer adds one), dropping a doubled BOS.
+
+    A doubled BOS appears when a chat template already starts with BOS and encoding adds another.
+    """
+    ids = list(tokenizer.encode(text))
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is not None and len(ids) >= 2 and ids[0] == bos == ids[1]:
+        ids = ids[1:]
+    return ids
