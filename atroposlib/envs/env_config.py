@@ -1,0 +1,160 @@
+"""``BaseEnvConfig``: the typed configuration every environment shares.
+
+The same field names are used in code (``BaseEnvConfig(group_size=8)``), in YAML (``env: {group_size: 8}``) and
+on the command line (``--env.group_size 8``). Subclasses add fields and may re-declare base fields with new
+defaults. Unknown keys are ignored, as environments written for atroposlib 0.4.0 pass a few; each unknown key is
+reported once in the log so that typos do not vanish silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from atroposlib.envs.groups import EvalHandlingEnum
+
+logger = logging.getLogger(__name__)
+
+_reported_unknown: set[tuple[str, str]] = set()
+
+
+def warn_unknown_keys(model_cls: type[BaseModel], data: Any) -> list[str]:
+    """Log (once per class and key) the keys of ``data`` that ``model_cls`` does not declare.
+
+    Returns the unknown keys. ``data`` that is not a mapping is ignored.
+    """
+    if not isinstance(data, dict):
+        return []
+    known = set(model_cls.model_fields)
+    known.update(f.alias for f in model_cls.model_fields.values() if f.alias)
+    unknown = [k for k in data if isinstance(k, str) and k not in known]
+    for key in unknown:
+        marker = (model_cls.__qualname__, key)
+        if marker not in _reported_unknown:
+            _reported_unknown.add(marker)
+            logger.warning("%s: ignoring unknown config key %r", model_cls.__name__, key)
+    return unknown
+
+
+class BaseEnvConfig(BaseModel):
+    """Settings shared by all environments (rollout fan-out, scheduling, logging, output files)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    group_size: int = Field(default=4, description="Rollouts per group (sequences per prompt).")
+    max_num_workers: int = Field(
+        default=-1,
+        description="Maximum concurrent item workers; -1 = max_num_workers_per_node * number of inference servers.",
+    )
+    max_eval_workers: int = Field(
+        default=16, description="Maximum concurrent evaluation workers (for env code)."
+    )
+    max_num_workers_per_node: int = Field(
+        default=8, description="Workers per inference server when max_num_workers is -1."
+    )
+    steps_per_eval: int = Field(
+        default=100, description="Run evaluate() every this many trainer steps; <= 0 disables."
+    )
+    max_token_length: int = Field(
+        default=2048, description="Generation budget (tokens) for env code; sent to the API at registration."
+    )
+    eval_handling: EvalHandlingEnum = Field(
+        default=EvalHandlingEnum.STOP_TRAIN,
+        description="Training workers during eval: STOP_TRAIN, LIMIT_TRAIN or NONE.",
+    )
+    eval_limit_ratio: float = Field(
+        default=0.5, description="LIMIT_TRAIN: fraction of max_num_workers kept during eval."
+    )
+    inference_weight: float = Field(
+        default=1.0, description="Weight of this env in the API's share computation."
+    )
+    batch_size: int = Field(
+        default=-1, description="Trainer batch size in sequences; -1 = take it from the API."
+    )
+    max_batches_offpolicy: int = Field(
+        default=3,
+        description="Stop generating while this many batches are already queued; <= 0 disables the limit.",
+    )
+    tokenizer_name: str = Field(
+        default="NousResearch/DeepHermes-3-Llama-3-3B-Preview",
+        description="Hugging Face tokenizer name or local directory (self.tokenizer).",
+    )
+    use_wandb: bool = Field(
+        default=True, description="Log to Weights & Biases (offline mode when no API key is set)."
+    )
+    rollout_server_url: str = Field(
+        default="http://localhost:8000", description="Base URL of the trajectory API."
+    )
+    total_steps: int = Field(
+        default=1000,
+        description="Stop after this many trainer steps (-1 = the trainer's num_steps); in process mode: groups to write.",
+    )
+    wandb_name: Optional[str] = Field(
+        default=None, description="Name sent to the API and used for wandb runs; defaults to the env's name."
+    )
+    num_rollouts_to_keep: int = Field(default=32, description="Rollout groups kept for the wandb table.")
+    num_rollouts_per_group_for_logging: int = Field(
+        default=1, description="Sequences per group kept for the wandb table; -1 = the whole group."
+    )
+    ensure_scores_are_not_same: bool = Field(
+        default=True, description="Discard groups (of 2+ sequences) whose scores are all equal."
+    )
+    data_path_to_save_groups: Optional[str] = Field(
+        default=None,
+        description="Also append every accepted group to this JSONL file (suffixed _1, _2... if it exists).",
+    )
+    data_dir_to_save_evals: Optional[str] = Field(
+        default=None, description="Directory for evaluation results (metrics.json, samples.jsonl)."
+    )
+    min_items_sent_before_logging: int = Field(
+        default=2,
+        description="At a step change, log to wandb only if this many groups were sent since the last log.",
+    )
+    include_messages: bool = Field(
+        default=False, description="Fill missing 'messages' of a group from its decoded tokens."
+    )
+    min_batch_allocation: Optional[float] = Field(
+        default=None, description="Guaranteed fraction (0..1) of every trainer batch for this env."
+    )
+    worker_timeout: float = Field(
+        default=600, description="Seconds before a running item is cancelled and re-queued; <= 0 disables."
+    )
+    thinking_mode: bool = Field(
+        default=False, description="Enable reasoning parameters in inference requests."
+    )
+    reasoning_effort: Optional[str] = Field(
+        default=None, description="Reasoning effort: none, minimal, low, medium, high or xhigh."
+    )
+    max_reasoning_tokens: Optional[int] = Field(
+        default=None, ge=1024, le=32000, description="Reasoning token budget (1024..32000)."
+    )
+    custom_thinking_prompt: Optional[str] = Field(
+        default=None, description="Free-form thinking prompt for env code."
+    )
+    # Added in this release: robustness of the serve loop.
+    max_item_retries: int = Field(
+        default=3, ge=0, description="Times an item is retried after its worker timed out or raised."
+    )
+    unsent_groups_path: Optional[str] = Field(
+        default=None,
+        description="JSONL file for groups the API could not accept (default: ./atropos_unsent/<name>-<pid>.jsonl).",
+    )
+    shutdown_timeout: float = Field(
+        default=30.0, ge=0, description="Seconds to wait on shutdown for groups still being sent."
+    )
+    process_max_consecutive_failures: int = Field(
+        default=100,
+        ge=1,
+        description="process mode: stop after this many items in a row yield no accepted group.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _report_unknown_keys(cls, data: Any) -> Any:
+        warn_unknown_keys(cls, data)
+        return data
+
+
+__all__ = ["BaseEnvConfig", "warn_unknown_keys"]

@@ -1,0 +1,253 @@
+"""Checking scored groups before they leave an environment (pure functions, no I/O).
+
+:func:`prepare_group` turns whatever an environment returned into a plain-JSON group dict (numpy arrays and
+scalars, tuples and tensors become lists and Python numbers) or explains in one sentence why the group cannot
+be used. Each problem carries a short ``code`` that the runtime counts in its metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+# Problem codes (metric names: ``train/groups_discarded/<code>``).
+MALFORMED = "malformed"
+EMPTY = "empty"
+RAGGED = "ragged"
+WRONG_GROUP_SIZE = "wrong_group_size"
+NON_FINITE = "non_finite"
+TOO_LONG = "too_long"
+IDENTICAL_SCORES = "identical_scores"
+NOT_JSON = "not_json_serializable"
+
+#: Optional keys of a group; missing ones are set to ``None`` before a group is stored or sent.
+OPTIONAL_GROUP_KEYS = (
+    "advantages",
+    "ref_logprobs",
+    "messages",
+    "generation_params",
+    "inference_logprobs",
+    "group_overrides",
+    "overrides",
+    "images",
+    "distill_token_ids",
+    "distill_logprobs",
+)
+#: Optional keys holding one entry per sequence.
+PER_SEQUENCE_KEYS = (
+    "advantages",
+    "ref_logprobs",
+    "messages",
+    "inference_logprobs",
+    "overrides",
+    "distill_token_ids",
+    "distill_logprobs",
+)
+#: Per-sequence keys whose entries are per-token float lists (a JSON ``null`` there means NaN/inf).
+_FLOAT_SEQUENCE_KEYS = ("advantages", "ref_logprobs", "inference_logprobs")
+
+
+@dataclass(frozen=True)
+class GroupProblem:
+    """Why a group was discarded: a metric-friendly ``code`` and a human ``message``."""
+
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _json_default(value: Any) -> Any:
+    for attr in ("tolist", "model_dump", "item"):
+        fn = getattr(value, attr, None)
+        if callable(fn):
+            return fn()
+    raise TypeError(f"value of type {type(value).__name__} is not JSON serializable")
+
+
+def to_plain_json(value: Any) -> Any:
+    """Return ``value`` as plain JSON types (dict/list/str/int/float/bool/None).
+
+    numpy arrays/scalars, tuples, tensors (anything with ``tolist``) and pydantic models are converted.
+    Non-finite floats become ``None`` (JSON has no NaN). Raises ``TypeError`` for values that cannot be
+    represented in JSON.
+    """
+    try:
+        data = orjson.dumps(
+            value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=_json_default
+        )
+    except orjson.JSONEncodeError as exc:
+        raise TypeError(str(exc)) from None
+    return orjson.loads(data)
+
+
+def _coerce_scores(scores: Any) -> tuple[list[float] | None, GroupProblem | None]:
+    if hasattr(scores, "tolist") and not isinstance(scores, list):
+        scores = scores.tolist()
+    if not isinstance(scores, (list, tuple)):
+        return None, GroupProblem(
+            MALFORMED, f"'scores' must be a list of numbers, got {type(scores).__name__}"
+        )
+    out: list[float] = []
+    for i, score in enumerate(scores):
+        try:
+            value = float(score)
+        except (TypeError, ValueError):
+            return None, GroupProblem(MALFORMED, f"scores[{i}] is not a number: {score!r}")
+        if not math.isfinite(value):
+            return None, GroupProblem(NON_FINITE, f"scores[{i}] is {value} (scores must be finite)")
+        out.append(value)
+    return out, None
+
+
+def expected_group_size(group: Mapping[str, Any], default: int) -> int:
+    """The size a group must have: ``group_overrides["group_size"]`` when given, else ``default``."""
+    overrides = group.get("group_overrides")
+    if isinstance(overrides, Mapping) and overrides.get("group_size") is not None:
+        try:
+            return int(overrides["group_size"])
+        except (TypeError, ValueError):
+            return default
+    return default
+
+
+def _check_structure(group: dict[str, Any]) -> GroupProblem | None:
+    for key in ("tokens", "masks", "scores"):
+        if key not in group or group[key] is None:
+            return GroupProblem(MALFORMED, f"missing required key {key!r}")
+        if not isinstance(group[key], list):
+            return GroupProblem(MALFORMED, f"{key!r} must be a list, got {type(group[key]).__name__}")
+    tokens, masks, scores = group["tokens"], group["masks"], group["scores"]
+    n = len(tokens)
+    if n == 0:
+        return GroupProblem(EMPTY, "group has no sequences")
+    if len(masks) != n:
+        return GroupProblem(RAGGED, f"{n} token sequences but {len(masks)} mask sequences")
+    if len(scores) != n:
+        return GroupProblem(RAGGED, f"{n} token sequences but {len(scores)} scores")
+    for i in range(n):
+        if not isinstance(tokens[i], list) or not isinstance(masks[i], list):
+            return GroupProblem(MALFORMED, f"tokens[{i}] and masks[{i}] must be lists of ints")
+        if len(tokens[i]) != len(masks[i]):
+            return GroupProblem(
+                RAGGED, f"sequence {i} has {len(tokens[i])} tokens but {len(masks[i])} mask entries"
+            )
+    for key in PER_SEQUENCE_KEYS:
+        value = group.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            return GroupProblem(MALFORMED, f"{key!r} must be a list (one entry per sequence) or None")
+        if len(value) != n:
+            return GroupProblem(RAGGED, f"{key!r} has {len(value)} entries for {n} sequences")
+    for key in _FLOAT_SEQUENCE_KEYS:
+        value = group.get(key)
+        if value is None:
+            continue
+        for i, row in enumerate(value):
+            if row is None:
+                continue
+            if not isinstance(row, list):
+                return GroupProblem(MALFORMED, f"{key}[{i}] must be a list of numbers")
+            if None in row:
+                return GroupProblem(NON_FINITE, f"{key}[{i}] contains NaN or infinity")
+    logprobs = group.get("inference_logprobs")
+    if logprobs is not None:
+        for i, row in enumerate(logprobs):
+            if row is not None and len(row) != len(tokens[i]):
+                return GroupProblem(
+                    RAGGED, f"inference_logprobs[{i}] has {len(row)} entries for {len(tokens[i])} tokens"
+                )
+    messages = group.get("messages")
+    if messages is not None:
+        for i, conversation in enumerate(messages):
+            if not isinstance(conversation, list):
+                return GroupProblem(MALFORMED, f"messages[{i}] must be a list of {{role, content}} dicts")
+            for j, message in enumerate(conversation):
+                if not isinstance(message, dict) or "role" not in message or "content" not in message:
+                    return GroupProblem(MALFORMED, f"messages[{i}][{j}] needs 'role' and 'content'")
+    overrides = group.get("group_overrides")
+    if overrides is not None and not isinstance(overrides, dict):
+        return GroupProblem(MALFORMED, "'group_overrides' must be a dict or None")
+    return None
+
+
+def prepare_group(
+    raw: Any,
+    *,
+    default_group_size: int,
+    max_token_len: int = -1,
+    enforce_max_length: bool = True,
+    reject_identical_scores: bool = False,
+) -> tuple[dict[str, Any] | None, GroupProblem | None]:
+    """Validate and normalise one group returned by an environment.
+
+    Returns ``(group, None)`` with a new plain-JSON dict in which every optional key of
+    :data:`OPTIONAL_GROUP_KEYS` is present (``None`` when absent) and extra keys are kept, or
+    ``(None, problem)``. Checks, in order: mapping with list ``tokens``/``masks``/``scores``; finite numeric
+    scores; JSON-representable; non-empty; equal counts and per-sequence lengths (tokens vs masks vs
+    ``inference_logprobs``; one entry per sequence for per-sequence keys); no NaN/inf in float lists;
+    ``messages`` entries have ``role`` and ``content``; size equals :func:`expected_group_size`; with
+    ``reject_identical_scores``, a group of 2+ sequences must not have all-equal scores; with
+    ``enforce_max_length`` and ``max_token_len > 0``, every sequence must be shorter than ``max_token_len``.
+    """
+    if not isinstance(raw, Mapping):
+        return None, GroupProblem(MALFORMED, f"expected a dict-like group, got {type(raw).__name__}")
+    for key in ("tokens", "masks", "scores"):
+        if raw.get(key) is None:
+            return None, GroupProblem(MALFORMED, f"missing required key {key!r}")
+    scores, problem = _coerce_scores(raw["scores"])
+    if problem is not None:
+        return None, problem
+    try:
+        group = to_plain_json({**raw, "scores": scores})
+    except TypeError as exc:
+        return None, GroupProblem(NOT_JSON, f"group is not JSON-serializable: {exc}")
+    problem = _check_structure(group)
+    if problem is not None:
+        return None, problem
+    for key in OPTIONAL_GROUP_KEYS:
+        group.setdefault(key, None)
+    n = len(group["tokens"])
+    expected = expected_group_size(group, default_group_size)
+    if n != expected:
+        return None, GroupProblem(WRONG_GROUP_SIZE, f"group has {n} sequences but group_size is {expected}")
+    if reject_identical_scores and n > 1 and len(set(group["scores"])) == 1:
+        return None, GroupProblem(IDENTICAL_SCORES, f"all {n} scores equal {group['scores'][0]}")
+    if enforce_max_length and max_token_len > 0:
+        for i, seq in enumerate(group["tokens"]):
+            if len(seq) >= max_token_len:
+                return None, GroupProblem(
+                    TOO_LONG,
+                    f"sequence {i} has {len(seq)} tokens; the trainer's max_token_len is {max_token_len}",
+                )
+    return group, None
+
+
+def completion_length(mask: list[int]) -> int:
+    """Number of trained positions (mask value other than -100) of one sequence."""
+    return sum(1 for m in mask if m != -100)
+
+
+__all__ = [
+    "EMPTY",
+    "IDENTICAL_SCORES",
+    "MALFORMED",
+    "NON_FINITE",
+    "NOT_JSON",
+    "OPTIONAL_GROUP_KEYS",
+    "PER_SEQUENCE_KEYS",
+    "RAGGED",
+    "TOO_LONG",
+    "WRONG_GROUP_SIZE",
+    "GroupProblem",
+    "completion_length",
+    "expected_group_size",
+    "prepare_group",
+    "to_plain_json",
+]

@@ -1,0 +1,208 @@
+"""From an environment's result to the API: validation, bookkeeping, JSONL copy, delivery.
+
+:class:`GroupSendingMixin` is part of :class:`~atroposlib.envs.base.BaseEnv`; it relies on the attributes
+``BaseEnv.__init__`` sets (``config``, ``tokenizer``, ``max_token_len``, ``jsonl_writer``, ``env_id`` ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import reprlib
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+from atroposlib.envs.api_client import SendOutcome, TrajectoryApiClient
+from atroposlib.envs.group_validation import GroupProblem, completion_length, prepare_group
+from atroposlib.envs.jsonl_sink import UnsentGroupsFile
+
+logger = logging.getLogger("atroposlib.envs.base")
+
+#: Problems that are a normal part of training (logged at INFO); everything else is a WARNING.
+_EXPECTED_DISCARDS = {"identical_scores", "too_long"}
+#: Buffers such as ``completion_lengths`` are trimmed to this many entries between two wandb logs.
+MAX_BUFFERED_VALUES = 10_000
+
+_short = reprlib.Repr()
+_short.maxstring = 80
+_short.maxother = 80
+_short.maxlist = 4
+_short.maxdict = 4
+
+
+def describe_item(item: Any) -> str:
+    """A short, single-line description of an item for log lines."""
+    return " ".join(_short.repr(item).split())
+
+
+def trim_buffer(values: list, limit: int = MAX_BUFFERED_VALUES) -> None:
+    """Drop the oldest entries of ``values`` in place so that at most ``limit`` remain."""
+    excess = len(values) - limit
+    if excess > 0:
+        del values[:excess]
+
+
+def split_messages_from_tokens(tokenizer: Any, tokens: list[int], mask: list[int]) -> list[dict[str, str]]:
+    """Rebuild a readable transcript of one sequence: the untrained prefix (mask -100) as the ``user`` turn and
+    the rest as the ``assistant`` turn (a single message when one of them is empty)."""
+    prefix = 0
+    while prefix < len(mask) and mask[prefix] == -100:
+        prefix += 1
+    if prefix == 0:
+        return [{"role": "assistant", "content": tokenizer.decode(tokens)}]
+    if prefix >= len(tokens):
+        return [{"role": "user", "content": tokenizer.decode(tokens)}]
+    return [
+        {"role": "user", "content": tokenizer.decode(tokens[:prefix])},
+        {"role": "assistant", "content": tokenizer.decode(tokens[prefix:])},
+    ]
+
+
+class GroupSendingMixin:
+    """``handle_send_to_api`` and the machinery behind it."""
+
+    # -- identity / counters -------------------------------------------------------------------------------
+    @property
+    def env_label(self) -> str:
+        """How this env is named in log lines: the API-assigned name, else ``wandb_name``, else the class name."""
+        return (
+            getattr(self, "wandb_prepend", None)
+            or getattr(self.config, "wandb_name", None)
+            or getattr(self, "name", None)
+            or type(self).__name__
+        )
+
+    def record_discard(self, problem: GroupProblem, item: Any = None) -> None:
+        """Count a discarded group under ``problem.code`` and log one line naming the env, item and problem."""
+        self.discard_counts[problem.code] += 1
+        self._discards_since_log[problem.code] += 1
+        level = logging.INFO if problem.code in _EXPECTED_DISCARDS else logging.WARNING
+        logger.log(
+            level,
+            "[%s] discarded a group (%s) for item %s: %s",
+            self.env_label,
+            problem.code,
+            describe_item(item),
+            problem.message,
+        )
+
+    # -- delivery ------------------------------------------------------------------------------------------
+    def _unsent_path(self) -> Path:
+        configured = getattr(self.config, "unsent_groups_path", None)
+        if configured:
+            return Path(configured)
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.env_label)
+        return Path("atropos_unsent") / f"{safe}-{os.getpid()}.jsonl"
+
+    def _unsent_file(self) -> UnsentGroupsFile:
+        if self._unsent is None:
+            self._unsent = UnsentGroupsFile(self._unsent_path())
+        return self._unsent
+
+    @property
+    def api(self) -> TrajectoryApiClient:
+        """The client for ``config.rollout_server_url`` (created on first use, one session per run)."""
+        if self._api is None:
+            self._api = TrajectoryApiClient(
+                self.config.rollout_server_url, unsent=self._unsent_file, label=self.env_label
+            )
+        return self._api
+
+    async def _send_scored_data_to_api(self, scored_data: Any) -> SendOutcome:
+        """Deliver one group or a list of groups with this env's ``env_id`` (see ``TrajectoryApiClient``)."""
+        if isinstance(scored_data, list):
+            payload: Any = [{**group, "env_id": self.env_id} for group in scored_data]
+            count = len(payload)
+        else:
+            payload = {**scored_data, "env_id": self.env_id}
+            count = 1
+        self.api.label = self.env_label
+        outcome = await self.api.send_scored_data(payload)
+        if outcome.delivered:
+            self.groups_sent_total += count
+            self._groups_sent_since_status += count
+        else:
+            self.discard_counts["undelivered"] += count
+            self._discards_since_log["undelivered"] += count
+        return outcome
+
+    # -- the hook ------------------------------------------------------------------------------------------
+    async def handle_send_to_api(
+        self,
+        scored_data: Any,
+        item: Any = None,
+        do_send_to_api: bool = True,
+        abort_on_any_max_length_exceeded: bool = True,
+    ) -> int:
+        """Check, record and (optionally) send what ``collect_trajectories``/``postprocess_histories`` returned.
+
+        ``scored_data`` is one group or a list of groups (``None`` entries are skipped). Each group is
+        normalised and validated (:func:`~atroposlib.envs.group_validation.prepare_group`); a rejected group is
+        counted in ``discard_counts`` and logged with its reason. Accepted groups get every optional key (None
+        when absent), ``messages`` rebuilt from the tokens when ``include_messages`` is set, are offered to
+        :meth:`add_rollouts_for_wandb`, appended to the JSONL file when configured, and finally sent in one
+        request (the single dict when one group was given, else the list). Returns the number accepted.
+        """
+        single = not isinstance(scored_data, (list, tuple))
+        groups = [scored_data] if single else list(scored_data)
+        accepted: list[dict[str, Any]] = []
+        enforce_length = abort_on_any_max_length_exceeded and self.max_token_len > 0
+        if abort_on_any_max_length_exceeded and self.max_token_len <= 0 and not self._warned_no_max_len:
+            self._warned_no_max_len = True
+            logger.warning(
+                "[%s] the trainer's max_token_len is unknown: sequence lengths are not checked",
+                self.env_label,
+            )
+        for raw in groups:
+            if raw is None:
+                continue
+            group, problem = prepare_group(
+                raw,
+                default_group_size=self.config.group_size,
+                max_token_len=self.max_token_len,
+                enforce_max_length=enforce_length,
+                reject_identical_scores=self.config.ensure_scores_are_not_same,
+            )
+            if problem is not None:
+                self.record_discard(problem, item)
+                continue
+            self.completion_lengths.extend(completion_length(mask) for mask in group["masks"])
+            trim_buffer(self.completion_lengths)
+            if self.config.include_messages and group.get("messages") is None:
+                group["messages"] = [
+                    split_messages_from_tokens(self.tokenizer, toks, mask)
+                    for toks, mask in zip(group["tokens"], group["masks"], strict=True)
+                ]
+            await self.add_rollouts_for_wandb(group, item)
+            if self.jsonl_writer is not None:
+                try:
+                    self.jsonl_writer.write(group)
+                except (OSError, TypeError) as exc:
+                    logger.error(
+                        "[%s] could not append a group to %s: %s", self.env_label, self.jsonl_writer.path, exc
+                    )
+            accepted.append(group)
+        self.groups_accepted_total += len(accepted)
+        if accepted and do_send_to_api:
+            payload: Any = accepted[0] if single and len(accepted) == 1 else accepted
+            self.items_sent_this_step += len(accepted)
+            await self._send_scored_data_to_api(payload)
+        return len(accepted)
+
+    def discard_summary(self) -> dict[str, int]:
+        """All discards so far by reason (a copy)."""
+        return dict(self.discard_counts)
+
+    def _new_counters(self) -> None:
+        self.discard_counts: Counter[str] = Counter()
+        self._discards_since_log: Counter[str] = Counter()
+        self.groups_accepted_total = 0
+        self.groups_sent_total = 0
+        self._groups_sent_since_status = 0
+        self._warned_no_max_len = False
+        self._api: Optional[TrajectoryApiClient] = None
+        self._unsent: Optional[UnsentGroupsFile] = None
+
+
+__all__ = ["GroupSendingMixin", "describe_item", "split_messages_from_tokens", "trim_buffer"]
