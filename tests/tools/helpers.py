@@ -196,3 +196,93 @@ def free_port_url() -> str:
     from atroposlib.testing.api_process import free_port
 
     return f"http://127.0.0.1:{free_port()}"
+
+
+BROWSER_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--no-first-run", "--disable-component-update", "--disable-sync", "--disable-quic",
+]  # fmt: skip
+CHROMIUM = "/usr/bin/chromium"
+
+
+class ToolProcess:
+    """A tool started as a subprocess (its own session), stopped by its pid."""
+
+    def __init__(
+        self, module: str, args: list[Any], log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
+        import os
+        import subprocess
+        import sys
+
+        full_env = dict(os.environ)
+        full_env.pop("ATROPOS_API_KEY", None)
+        full_env.update(env or {})
+        self.log_path = log_path
+        log = open(log_path, "ab")  # noqa: SIM115 - owned by the process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", f"atroposlib.cli.{module}", *map(str, args)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            start_new_session=True,
+        )
+        log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_http(self, url: str, timeout: float = 90) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"process exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if requests.get(url, timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"{url} not up after {timeout} s:\n{self.log()}")
+
+    def wait_output(self, needle: str, timeout: float = 60) -> str:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log()
+            if needle in text:
+                return text
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"{needle!r} not in output:\n{self.log()}")
+
+    def stop(self, sig: int | None = None, timeout: float = 30) -> int:
+        import os
+        import signal
+        import subprocess
+
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig or signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+def assert_png(path: Path) -> tuple[int, int]:
+    """Assert ``path`` is a valid, non-empty PNG; returns its size."""
+    from PIL import Image
+
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+    with Image.open(path) as img:
+        img.verify()
+    with Image.open(path) as img:
+        assert img.width > 100 and img.height > 100
+        return img.size
