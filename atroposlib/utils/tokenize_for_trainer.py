@@ -84,6 +84,29 @@ def chat_template_ids(
     )
 
 
+def _common_prefix_len(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _turn_content_start(tokenizer: Any, chat: Sequence[Message], i: int) -> int:
+    """Index of the first token of message ``i``'s content (just after its role header).
+
+    For ``assistant`` this is the length of the generation prompt after ``chat[:i]``. The generation
+    prompt opens an *assistant* turn, so for any other role (``agent``, a custom role) the header is found
+    by rendering the message with empty content and taking the common prefix.
+    """
+    if chat[i].get("role") == "assistant":
+        return len(chat_template_ids(tokenizer, chat[:i], add_generation_prompt=True))
+    with_content = chat_template_ids(tokenizer, chat[: i + 1])
+    empty = chat_template_ids(tokenizer, [*chat[:i], {**chat[i], "content": ""}])
+    return _common_prefix_len(with_content, empty)
+
+
 def tokenize_for_trainer(
     tokenizer: Any,
     chat: list[Message],
@@ -127,7 +150,7 @@ def tokenize_for_trainer(
         for i, message in enumerate(chat):
             if message.get("role") not in trained_roles:
                 continue
-            start = len(chat_template_ids(tokenizer, chat[:i], add_generation_prompt=True))
+            start = _turn_content_start(tokenizer, chat, i)
             # The template of chat[:i+1] is a prefix of the full render, so its end marks this turn's end.
             end = min(len(chat_template_ids(tokenizer, chat[: i + 1])), len(tokens))
             masks[start:end] = tokens[start:end]
