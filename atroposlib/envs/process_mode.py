@@ -114,6 +114,7 @@ class OfflineModesMixin:
         finally:
             bar.close()
             self._finish_process_outputs(accepted, target)
+            await self._close_inference_clients()
 
     def _finish_process_outputs(self, accepted: int, target: int) -> None:
         if self.jsonl_writer is not None:
@@ -149,6 +150,7 @@ class OfflineModesMixin:
                     logger.error("[%s] wandb_log after evaluate failed", self.env_label, exc_info=True)
         finally:
             self._finish_wandb_run()
+            await self._close_inference_clients()
 
 
 __all__ = ["OfflineModesMixin", "ProcessModeError", "write_html_report"]

@@ -670,6 +670,7 @@ class ServeRuntimeMixin:
             self._unsent.close()
         if self._api is not None:
             await self._api.close()
+        await self._close_inference_clients()
         logger.info(
             "[%s] stopped: %d groups sent, discarded %s, %d items abandoned",
             self.env_label,
@@ -677,6 +678,15 @@ class ServeRuntimeMixin:
             dict(self.discard_counts) or 0,
             self.items_abandoned,
         )
+
+    async def _close_inference_clients(self) -> None:
+        close = getattr(self.server, "close", None)
+        if close is None:
+            return
+        try:
+            await close()
+        except Exception as exc:
+            logger.debug("closing inference clients failed: %s", exc)
 
     async def env_manager(self) -> None:
         """Run ``serve``: setup, wandb, registration, ``/info``, then the scheduling loop until ``total_steps``
