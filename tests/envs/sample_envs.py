@@ -76,7 +76,9 @@ class CountingEnv(BaseEnv):
                 await asyncio.sleep(self.config.rollout_delay)
             return [f"{item + 1 + (i % 2)}" for i in range(n)]
         resp = await self.server.chat_completion(
-            messages=[{"role": "user", "content": f"What is {item}+1?"}], n=n, max_tokens=self.config.max_tokens
+            messages=[{"role": "user", "content": f"What is {item}+1?"}],
+            n=n,
+            max_tokens=self.config.max_tokens,
         )
         return [c.message.content or "" for c in resp.choices]
 

@@ -69,7 +69,9 @@ def test_constructor_contract(tiny_model_dir, tmp_path):
 
 def test_positional_constructor_and_single_server_config_used_as_given(tiny_model_dir, tmp_path):
     config = CountingEnvConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False)
-    single = APIServerConfig(model_name="m", base_url="http://127.0.0.1:9/v1", api_key="k", health_check=False)
+    single = APIServerConfig(
+        model_name="m", base_url="http://127.0.0.1:9/v1", api_key="k", health_check=False
+    )
     env = CountingEnv(config, single, False, False)
     assert [s.config.base_url for s in env.server.servers] == ["http://127.0.0.1:9/v1"]
     assert env.server.servers[0].config.api_key == "k"
@@ -84,7 +86,9 @@ def test_jsonl_path_gets_a_free_suffix(tiny_model_dir, tmp_path):
     assert out.read_text() == "old\n"
 
 
-async def test_default_collect_trajectories_keeps_logprobs_and_leaves_absent_fields_none(tiny_model_dir, tmp_path):
+async def test_default_collect_trajectories_keeps_logprobs_and_leaves_absent_fields_none(
+    tiny_model_dir, tmp_path
+):
     env = make_env(tiny_model_dir, tmp_path, cls=SingleRolloutEnv, group_size=4)
     await env.setup()
     group, backlog = await env.collect_trajectories(0)
@@ -111,13 +115,18 @@ async def test_handle_send_validates_counts_and_writes_jsonl(tiny_model_dir, tmp
         "group_overrides": None,  # the original crashed on an explicit None
     }
     sent = await env.handle_send_to_api(
-        [ragged, None, nan, same, wrong_size, group(), numpy_group], item={"q": "item-7"}, do_send_to_api=False
+        [ragged, None, nan, same, wrong_size, group(), numpy_group],
+        item={"q": "item-7"},
+        do_send_to_api=False,
     )
     assert sent == 2
     assert env.discard_counts == {"ragged": 1, "non_finite": 1, "identical_scores": 1, "wrong_group_size": 1}
     lines = [r.getMessage() for r in caplog.records if "discarded a group" in r.getMessage()]
     assert len(lines) == 4
-    assert any("[counting] discarded a group (ragged) for item {'q': 'item-7'}: sequence 1 has 3 tokens" in m for m in lines)
+    assert any(
+        "[counting] discarded a group (ragged) for item {'q': 'item-7'}: sequence 1 has 3 tokens" in m
+        for m in lines
+    )
     # the JSONL file is flushed per line: readable while the writer is still open
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 2
@@ -127,7 +136,9 @@ async def test_handle_send_validates_counts_and_writes_jsonl(tiny_model_dir, tmp
     assert env.completion_lengths == [2, 2, 2, 2]
     assert env.groups_accepted_total == 2
     # wrong group size is fine when the group declares its own size
-    assert await env.handle_send_to_api(group(n=3, group_overrides={"group_size": 3}), do_send_to_api=False) == 1
+    assert (
+        await env.handle_send_to_api(group(n=3, group_overrides={"group_size": 3}), do_send_to_api=False) == 1
+    )
 
 
 async def test_length_filter_and_message_fallback(tiny_model_dir, tmp_path):
@@ -136,7 +147,10 @@ async def test_length_filter_and_message_fallback(tiny_model_dir, tmp_path):
     assert await env.handle_send_to_api(group(), do_send_to_api=False) == 0
     assert env.discard_counts["too_long"] == 1
     # process mode does not drop long sequences
-    assert await env.handle_send_to_api(group(), do_send_to_api=False, abort_on_any_max_length_exceeded=False) == 1
+    assert (
+        await env.handle_send_to_api(group(), do_send_to_api=False, abort_on_any_max_length_exceeded=False)
+        == 1
+    )
     env.max_token_len = -1
     tok = env.tokenizer
     prompt = tok.encode("hello there", add_special_tokens=False)
@@ -185,7 +199,9 @@ async def test_wandb_log_without_wandb_clears_buffers(tiny_model_dir, tmp_path):
     assert not env._discards_since_log
 
 
-async def test_wandb_log_offline_run_has_base_server_and_discard_metrics(tiny_model_dir, tmp_path, monkeypatch):
+async def test_wandb_log_offline_run_has_base_server_and_discard_metrics(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     env = make_env(tiny_model_dir, tmp_path, use_wandb=True)
@@ -218,7 +234,9 @@ async def test_wandb_log_offline_run_has_base_server_and_discard_metrics(tiny_mo
 async def test_evaluate_log_writes_files_and_keeps_history(tiny_model_dir, tmp_path):
     env = make_env(tiny_model_dir, tmp_path, data_dir_to_save_evals=str(tmp_path / "evals"))
     env.curr_step = 4
-    await env.evaluate_log({"eval/acc": 0.5}, samples=[{"q": 1}], start_time=10.0, end_time=12.5, verbose=False)
+    await env.evaluate_log(
+        {"eval/acc": 0.5}, samples=[{"q": 1}], start_time=10.0, end_time=12.5, verbose=False
+    )
     env.curr_step = 8
     await env.evaluate_log({"eval/acc": 0.75}, generation_parameters={"temperature": 0.0}, verbose=False)
     result = json.loads((tmp_path / "evals" / "metrics.json").read_text())
@@ -258,7 +276,8 @@ def test_public_import_surface():
         "logger",
     ):
         assert hasattr(base, name), name
-    from atroposlib.envs import BaseEnv as B, BaseEnvConfig, ScoredDataGroup as G  # noqa: F401
+    from atroposlib.envs import BaseEnv as B  # noqa: F401
+    from atroposlib.envs import ScoredDataGroup as G
 
     assert B is base.BaseEnv and G is base.ScoredDataGroup and envs.EvalHandlingEnum is base.EvalHandlingEnum
     assert issubclass(BaseEnv, object) and BaseEnv.cli.__self__ is BaseEnv

@@ -23,8 +23,12 @@ def test_absent_optionals_are_none_not_empty_lists():
 
 def test_logprobs_and_distillation_are_kept():
     rollouts = [
-        item(1, inference_logprobs=[1.0, -0.5], distill_token_ids=[[1], [2]], distill_logprobs=[[-0.1], [-0.2]]),
-        item(2, inference_logprobs=[1.0, -0.7], distill_token_ids=[[3], [4]], distill_logprobs=[[-0.3], [-0.4]]),
+        item(
+            1, inference_logprobs=[1.0, -0.5], distill_token_ids=[[1], [2]], distill_logprobs=[[-0.1], [-0.2]]
+        ),
+        item(
+            2, inference_logprobs=[1.0, -0.7], distill_token_ids=[[3], [4]], distill_logprobs=[[-0.3], [-0.4]]
+        ),
     ]
     group, _ = assemble_group(rollouts)
     assert group["inference_logprobs"] == [[1.0, -0.5], [1.0, -0.7]]
@@ -34,7 +38,9 @@ def test_logprobs_and_distillation_are_kept():
 
 def test_none_rollouts_are_skipped_and_extra_keys_ignored():
     msgs = [{"role": "user", "content": "hi"}]
-    group, notes = assemble_group([None, item(1, messages=msgs, finish_reason="stop"), None, item(2, messages=msgs)])
+    group, notes = assemble_group(
+        [None, item(1, messages=msgs, finish_reason="stop"), None, item(2, messages=msgs)]
+    )
     assert len(group["tokens"]) == 2
     assert group["messages"] == [msgs, msgs]
     assert "finish_reason" not in group
@@ -49,7 +55,12 @@ def test_partial_optional_field_is_dropped_with_a_note():
 
 def test_group_overrides_merge_and_bad_rollouts():
     group, notes = assemble_group(
-        [item(1, group_overrides={"a": 1}), "oops", {"tokens": [1]}, item(2, group_overrides={"b": 2, "a": 3})]
+        [
+            item(1, group_overrides={"a": 1}),
+            "oops",
+            {"tokens": [1]},
+            item(2, group_overrides={"b": 2, "a": 3}),
+        ]
     )
     assert group["group_overrides"] == {"a": 3, "b": 2}
     assert len(group["tokens"]) == 2

@@ -66,7 +66,11 @@ def test_numpy_values_are_coerced():
         (group(scores=[1.0, float("nan")]), gv.NON_FINITE, "scores[1] is nan"),
         (group(scores=[math.inf, 1.0]), gv.NON_FINITE, "scores[0] is inf"),
         (group(scores=[1.0, "high"]), gv.MALFORMED, "scores[1] is not a number"),
-        (group(inference_logprobs=[[0.0, float("nan"), 0.0], [0.0] * 3]), gv.NON_FINITE, "inference_logprobs[0]"),
+        (
+            group(inference_logprobs=[[0.0, float("nan"), 0.0], [0.0] * 3]),
+            gv.NON_FINITE,
+            "inference_logprobs[0]",
+        ),
         (group(messages=[[{"role": "user"}], []]), gv.MALFORMED, "messages[0][0] needs 'role' and 'content'"),
         (group(group_overrides=[1]), gv.MALFORMED, "group_overrides"),
         (group(tokens=[[1, 2, 3], object()]), gv.NOT_JSON, "not JSON-serializable"),
