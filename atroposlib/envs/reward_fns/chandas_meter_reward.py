@@ -51,8 +51,8 @@ def _load_classifier() -> Any | None:
 class ChandasMeterReward(RewardFunction):
     """Score in [0, 1] that a completion (IAST, converted to SLP1) is in ``meter``.
 
-    The classifier's confidence is used when it predicts the target meter, ``1 - confidence`` (clamped)
-    when it predicts another one. Without the ``chandas`` package (or with a failing classifier) every
+    The classifier's confidence (1.0 when it gives none) is used when it predicts the target meter,
+    ``1 - confidence`` when it predicts another one; the result is clamped to [0, 1]. Without the ``chandas`` package (or with a failing classifier) every
     completion scores 0.0. ``classifier`` may be passed to use another object with ``classify(text)``.
     """
 
@@ -70,9 +70,9 @@ class ChandasMeterReward(RewardFunction):
                 return 0.0
             predicted = str(getattr(result, "name", result)).lower()
             target = self.meter.lower()
-            score = float(getattr(result, "score", 1.0 if predicted == target else 0.0))
-            if predicted != target:
-                score = 1.0 - score if score <= 1.0 else 0.0
+            # Without a score the classifier is taken as certain of its prediction.
+            confidence = float(getattr(result, "score", 1.0))
+            score = confidence if predicted == target else 1.0 - confidence
             return max(0.0, min(1.0, score))
         except Exception as exc:
             logger.error("chandasmeter: classification failed: %s", exc)
