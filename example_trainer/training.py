@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from example_trainer.config import TrainingConfig
-from example_trainer.data import PreparedBatch
+from example_trainer.data import IGNORE_INDEX, PreparedBatch
 from example_trainer.loss import compute_grpo_loss, token_logprobs
 
 logger = logging.getLogger(__name__)
@@ -57,16 +57,51 @@ def create_optimizer(params: Iterable[torch.nn.Parameter], config: TrainingConfi
     return torch.optim.AdamW(params, lr=config.lr)
 
 
+_LOGITS_TO_KEEP_SUPPORTED: dict[type, bool] = {}
+
+
+def forward_logits(model: Any, tokens: torch.Tensor, keep: int) -> torch.Tensor:
+    """Logits of the last ``keep`` positions of ``tokens`` ([B, keep, V]).
+
+    Uses the model's ``logits_to_keep`` argument where it has one, so that the LM head never runs on
+    prompt positions; otherwise computes all logits and slices.
+    """
+    kind = type(model)
+    if _LOGITS_TO_KEEP_SUPPORTED.get(kind, True):
+        try:
+            logits = model(tokens, logits_to_keep=keep).logits
+            _LOGITS_TO_KEEP_SUPPORTED[kind] = True
+            return logits
+        except TypeError:
+            _LOGITS_TO_KEEP_SUPPORTED[kind] = False
+    return model(tokens).logits[:, -keep:]
+
+
+def trained_window(labels: torch.Tensor) -> tuple[int, int] | None:
+    """``(start, end)``: the smallest column range holding every trained position of a micro-batch
+    (None when nothing is trained). Right padding plus causal attention make everything after ``end``
+    irrelevant, and positions before ``start`` need hidden states but no logits."""
+    cols = (labels != IGNORE_INDEX).any(dim=0).nonzero()
+    if cols.numel() == 0:
+        return None
+    return int(cols[0]), int(cols[-1]) + 1
+
+
 def _reference_logprobs(
-    model: Any, ref_model: Any | None, tokens: torch.Tensor, labels: torch.Tensor, temperatures: torch.Tensor
+    model: Any,
+    ref_model: Any | None,
+    tokens: torch.Tensor,
+    keep: int,
+    labels: torch.Tensor,
+    temperatures: torch.Tensor,
 ) -> torch.Tensor:
     """Label logprobs under the frozen reference: ``ref_model`` or, for PEFT models, the adapter-free base."""
     with torch.no_grad():
         if ref_model is not None:
-            logits = ref_model(tokens).logits
+            logits = forward_logits(ref_model, tokens, keep)
         elif hasattr(model, "disable_adapter"):
             with model.disable_adapter():
-                logits = model(tokens).logits
+                logits = forward_logits(model, tokens, keep)
         else:
             raise ValueError("kl_coef > 0 needs a reference model")
         return token_logprobs(logits, labels, temperatures)
@@ -85,6 +120,10 @@ def run_training_step(
     ``step`` is the 0-based index of this optimizer step (it sets the warmup LR). The loss of each
     micro-batch is divided by the number of micro-batches, so the update is the same whatever the
     micro-batch size. Gradients are clipped to ``config.max_grad_norm`` (1.0 by default).
+
+    Each micro-batch only runs the columns up to its last trained position, and the LM head only on
+    the columns from its first trained position: padding and prompt-only columns cost nothing, and the
+    result is the same as on the full padded batch.
     """
     lr = lr_at_step(step, config.lr, config.warmup_steps)
     for group in optimizer.param_groups:
@@ -94,26 +133,35 @@ def run_training_step(
     sums: dict[str, float] = {}
     total_loss = 0.0
     start = time.perf_counter()
+    computed = 0
     for mb in batch.micro_batches:
-        tokens = mb.tokens.to(device, non_blocking=True)
-        labels = mb.labels.to(device, non_blocking=True)
+        window = trained_window(mb.labels)
+        if window is None:  # nothing to learn from this micro-batch
+            continue
+        first, end = window
+        keep = end - first
+        tokens = mb.tokens[:, :end].to(device, non_blocking=True)
+        labels = mb.labels[:, first:end].to(device, non_blocking=True)
+        advantages = mb.advantages if mb.advantages.shape[1] == 1 else mb.advantages[:, first:end]
+        lam = None if mb.inference_logprobs is None else mb.inference_logprobs[:, first:end].to(device)
         temps = mb.temperatures.to(device)
         ref_lp = None
         if config.kl_coef > 0:
-            ref_lp = _reference_logprobs(model, ref_model, tokens, labels, temps)
-        logits = model(tokens).logits
+            ref_lp = _reference_logprobs(model, ref_model, tokens, keep, labels, temps)
+        logits = forward_logits(model, tokens, keep)
         out = compute_grpo_loss(
             logits,
             labels,
-            mb.advantages.to(device),
+            advantages.to(device),
             temps,
-            None if mb.inference_logprobs is None else mb.inference_logprobs.to(device),
+            lam,
             clip_eps=config.clip_eps,
             gradient_accumulation_steps=n_micro,
             kl_coef=config.kl_coef,
             ref_logprobs=ref_lp,
         )
         out.loss.backward()
+        computed += 1
         total_loss += float(out.loss.detach())
         for key, value in out.metrics.items():
             sums[key] = sums.get(key, 0.0) + value
@@ -126,7 +174,8 @@ def run_training_step(
         torch.cuda.empty_cache()
     elapsed = time.perf_counter() - start
 
-    metrics = {k: v / n_micro for k, v in sums.items() if not k.endswith("_count") and k != "trained_tokens"}
+    averaged = max(computed, 1)
+    metrics = {k: v / averaged for k, v in sums.items() if not k.endswith("_count") and k != "trained_tokens"}
     metrics.update({k: v for k, v in sums.items() if k.endswith("_count") or k == "trained_tokens"})
     metrics.update(
         loss=total_loss,

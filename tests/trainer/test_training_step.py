@@ -114,3 +114,41 @@ def test_lora_trains_adapters_only_and_kl_uses_the_base(tiny_model_dir, tmp_path
     assert first["kl"] == pytest.approx(0.0, abs=1e-6)  # B = 0 at init: policy == base
     second = run_training_step(model, opt, batch, cfg, step=1)
     assert second["kl"] > 0
+
+
+def test_windowed_step_equals_the_full_padded_computation(tiny_model_dir, tmp_path):
+    """The step skips padding columns and prompt-only logits; the gradient must not change."""
+    from example_trainer.loss import compute_grpo_loss
+
+    cfg = _config(tiny_model_dir, tmp_path, batch_size=4, max_grad_norm=1e9)
+    model, _ = load_model_and_tokenizer(cfg)
+    group = make_group(lengths=[30, 12, 21, 9], prompt_len=6, seed=7, scores=[1.0, 0.0, 0.0, 1.0])
+    group["inference_logprobs"] = [[1.0] * 6 + [-2.0] * (n - 6) for n in (30, 12, 21, 9)]
+    group["overrides"] = [{"temperature": 0.7}, {}, {}, {}]
+    batch = prepare_batch([group], 4)
+    mb = batch.micro_batches[0]
+    assert mb.tokens.shape[1] == 64
+
+    out = compute_grpo_loss(
+        model(mb.tokens).logits,
+        mb.labels,
+        mb.advantages,
+        mb.temperatures,
+        mb.inference_logprobs,
+        clip_eps=0.2,
+    )
+    out.loss.backward()
+    params = trainable_parameters(model)
+    expected = [p.grad.detach().clone() for p in params]
+    model.zero_grad(set_to_none=True)
+
+    captured = []
+
+    class Capture(torch.optim.SGD):
+        def step(self, closure=None):
+            captured.extend(p.grad.detach().clone() for p in params)
+
+    metrics = run_training_step(model, Capture(params, lr=0.0), batch, cfg, step=0)
+    assert metrics["loss"] == pytest.approx(out.loss.item(), rel=1e-5)
+    for a, b in zip(expected, captured, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
