@@ -1,0 +1,178 @@
+"""Request body limits, gzip request inflation and content-type checks (ASGI middleware).
+
+Every request body is read here, before any route sees it:
+
+- a body larger than ``max_body_bytes`` gets 413, judged from ``Content-Length`` before reading
+  and counted while reading (chunked bodies included), so an oversized body is never buffered;
+- a body whose ``Content-Encoding`` contains ``gzip`` is inflated (all gzip members); inflating
+  stops at ``max_inflated_bytes`` (413, "gzip bomb"); corrupt or truncated data gets the
+  original's 400 text/plain ``Invalid gzip payload``;
+- on the routes that take JSON, a ``Content-Type`` that is not JSON gets 415 (a missing one is
+  accepted, as FastAPI does).
+
+The route then receives the (inflated) body as a single message with ``Content-Length``
+rewritten and ``Content-Encoding`` removed.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from atroposlib.api.responses import send_json, send_raw
+
+INVALID_GZIP = b"Invalid gzip payload"
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class BodyTooLarge(Exception):
+    """The body (or its inflated form) exceeds the configured limit."""
+
+
+class InvalidGzip(Exception):
+    """The body is not a complete, valid gzip stream."""
+
+
+def is_json_content_type(value: str) -> bool:
+    """``application/json`` or ``application/<anything>+json`` (parameters ignored)."""
+    media = value.split(";", 1)[0].strip().lower()
+    maintype, _, subtype = media.partition("/")
+    return maintype == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def inflate_gzip(data: bytes, limit: int) -> bytes:
+    """Inflate every gzip member of ``data``; at most ``limit`` bytes of output.
+
+    Raises :class:`BodyTooLarge` past the limit and :class:`InvalidGzip` for data that is not
+    gzip, is corrupt, or ends early. Zero padding after the last member is ignored.
+    """
+    out: list[bytes] = []
+    total = 0
+    remaining = data
+    while remaining:
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        room = limit - total
+        try:
+            chunk = inflater.decompress(remaining, room + 1)
+        except zlib.error as exc:
+            raise InvalidGzip(str(exc)) from None
+        if len(chunk) > room:
+            raise BodyTooLarge(f"gzip body inflates to more than {limit} bytes")
+        if not inflater.eof:
+            raise InvalidGzip("truncated gzip stream")
+        total += len(chunk)
+        out.append(chunk)
+        remaining = inflater.unused_data
+        if remaining and not remaining.startswith(GZIP_MAGIC):
+            if remaining.strip(b"\x00"):
+                raise InvalidGzip("trailing garbage after gzip data")
+            break
+    return b"".join(out)
+
+
+class RequestBodyMiddleware:
+    """Enforces body size limits, inflates gzip bodies and checks JSON content types."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        max_inflated_bytes: int,
+        json_paths: Iterable[str] = (),
+        on_reject=None,
+    ):
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.max_inflated_bytes = max_inflated_bytes
+        self.json_paths = frozenset(json_paths)
+        self.on_reject = on_reject or (lambda reason: None)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        content_length = content_type = None
+        encoding = ""
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                content_length = value
+            elif name == b"content-encoding":
+                encoding = value.decode("latin-1").lower()
+            elif name == b"content-type":
+                content_type = value.decode("latin-1")
+
+        if (
+            content_type is not None
+            and scope["path"] in self.json_paths
+            and not is_json_content_type(content_type)
+        ):
+            self.on_reject("unsupported_media_type")
+            await send_json(
+                send,
+                415,
+                {"detail": f"unsupported Content-Type {content_type!r}: send application/json"},
+            )
+            return
+        if content_length is not None:
+            try:
+                declared = int(content_length)
+            except ValueError:
+                declared = -1
+            if declared > self.max_body_bytes:
+                await self._too_large(send, self.max_body_bytes, "max_body_bytes")
+                return
+
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > self.max_body_bytes:
+                await self._too_large(send, self.max_body_bytes, "max_body_bytes")
+                return
+            if not message.get("more_body", False):
+                break
+
+        data = bytes(body)
+        if "gzip" in encoding:
+            if data:
+                try:
+                    data = inflate_gzip(data, self.max_inflated_bytes)
+                except InvalidGzip:
+                    self.on_reject("invalid_gzip")
+                    await send_raw(send, 400, INVALID_GZIP, b"text/plain; charset=utf-8")
+                    return
+                except BodyTooLarge:
+                    await self._too_large(send, self.max_inflated_bytes, "max_inflated_bytes")
+                    return
+            headers = [
+                (n, v) for n, v in scope["headers"] if n not in (b"content-encoding", b"content-length")
+            ]
+            headers.append((b"content-length", str(len(data)).encode()))
+            scope = dict(scope, headers=headers)
+
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": data, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Send, limit: int, flag: str) -> None:
+        self.on_reject("body_too_large")
+        # The rest of the body is left unread, so the connection cannot be reused.
+        await send_raw(
+            send,
+            413,
+            b'{"detail":"request body is larger than %d bytes (%s)"}' % (limit, flag.encode()),
+            b"application/json",
+            close=True,
+        )

@@ -1,0 +1,72 @@
+"""The in-memory store (``--store memory``): the original's behaviour, nothing survives exit.
+
+Implements the same interface as :class:`atroposlib.api.store.SqliteStore`; group data is kept
+as its compact stored JSON (bytes) rather than as Python objects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from atroposlib.api.store import BatchRow, GroupRow, Snapshot
+
+
+class _MemoryTransaction:
+    def __init__(self, store: MemoryStore):
+        self._store = store
+
+    def add_group(self, row: GroupRow, data: bytes) -> None:
+        self._store._data[row.gid] = data
+
+    def move_groups(self, gids: Iterable[int], loc: int, qseqs: Iterable[int] | None = None) -> None:
+        """Locations live in the state mirror only; nothing to record here."""
+
+    def delete_groups(self, gids: Iterable[int]) -> None:
+        for gid in gids:
+            self._store._data.pop(gid, None)
+
+    def put_batch(self, batch: BatchRow) -> None:
+        """Batches live in the state mirror only."""
+
+    def delete_batch(self, bid: int) -> None:
+        """Batches live in the state mirror only."""
+
+    def put_env(self, env_id: int, record: dict[str, Any]) -> None:
+        """Envs live in the state mirror only."""
+
+    def put_meta(self, state: dict[str, Any]) -> None:
+        """Meta lives in the state mirror only."""
+
+    def put_latest(self, data: bytes, qseq: int) -> None:
+        """The latest group's copy lives in the state mirror only."""
+
+    def reset(self, hwm: dict[str, int]) -> None:
+        self._store._data.clear()
+
+
+class MemoryStore:
+    """Keeps group data in a dict; everything else lives in the state mirror."""
+
+    kind = "memory"
+    durable = False
+
+    def __init__(self) -> None:
+        self._data: dict[int, bytes] = {}
+
+    def load(self) -> Snapshot:
+        return Snapshot()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_MemoryTransaction]:
+        yield _MemoryTransaction(self)
+
+    def read_groups(self, gids: Sequence[int]) -> list[bytes]:
+        return [self._data[g] for g in gids]
+
+    def read_group(self, gid: int) -> bytes | None:
+        return self._data.get(gid)
+
+    def close(self) -> None:
+        self._data.clear()

@@ -1,0 +1,49 @@
+"""Small response helpers shared by routes and ASGI middleware."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Send
+
+JSON = "application/json"
+
+
+def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A compact JSON response serialised with orjson (no ASCII escaping, like Starlette's)."""
+    return Response(orjson.dumps(content), status_code=status_code, media_type=JSON, headers=headers)
+
+
+def raw_json_response(body: bytes, status_code: int = 200) -> Response:
+    """A response whose body is already JSON."""
+    return Response(body, status_code=status_code, media_type=JSON)
+
+
+async def send_json(
+    send: Send,
+    status: int,
+    content: Any,
+    *,
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """Send a complete JSON response from ASGI middleware."""
+    await send_raw(send, status, orjson.dumps(content), JSON.encode(), extra_headers=extra_headers)
+
+
+async def send_raw(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: bytes,
+    *,
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+    close: bool = False,
+) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    headers.extend(extra_headers or [])
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

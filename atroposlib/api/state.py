@@ -1,0 +1,760 @@
+"""The trajectory API's state machine: registration, env registry, queue, buffers and batches.
+
+:class:`TrajectoryState` implements every endpoint's semantics (those of atroposlib 0.4.0 plus
+the documented additions) over a metadata mirror held in memory, and writes every change
+through a :class:`~atroposlib.api.store.Store` in one transaction per call. Group data never
+enters the mirror: it is read from the store when a batch is served.
+
+The methods are synchronous and must be called from one thread (the event loop): a call never
+interleaves with another, so each request is atomic.
+
+Deliberate differences from the original (see CONFIG.md, "Trajectory API"):
+
+- ``/register`` always initialises a server that is not registered (the original skipped
+  initialisation once scored data had arrived first, leaving ``/info`` at -1 for good). Groups
+  that arrived before registration are kept.
+- ``/batch`` after ``/reset_data`` answers like ``/batch`` before registration (the original
+  raised a 500).
+- Served batches are remembered until acknowledged (``/batch/ack``) so ``/batch/replay`` can
+  serve them again; only the newest ``max_unacked_batches`` are kept.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import orjson
+
+from atroposlib.api.packing import drain_batches, minimum_allocations, subset_summing_to
+from atroposlib.api.schemas import RegisterEnv, Registration, ScoredData
+from atroposlib.api.store import (
+    BATCH_PENDING,
+    BATCH_SERVED,
+    LOC_BATCH,
+    LOC_BUFFER,
+    LOC_QUEUE,
+    LOC_RETIRED,
+    BatchRow,
+    GroupRow,
+    Store,
+    Transaction,
+)
+from atroposlib.api.validation import AdmissionRules, InvalidRequest, error
+
+#: Smallest inference weight ``/status-env`` reports, so no env is starved completely.
+MIN_ENV_WEIGHT = 0.01
+NOT_REGISTERED_MESSAGE = "Trainer not registered. Call /register first."
+#: ``/latest_example`` before any group entered the queue.
+EMPTY_LATEST_EXAMPLE = {
+    "tokens": [],
+    "masks": [],
+    "scores": [],
+    "advantages": [],
+    "ref_logprobs": [],
+    "generation_params": [],
+    "inference_logprobs": [],
+    "messages": [],
+    "images": [],
+}
+
+
+class NotRegistered(Exception):
+    """The trainer has not registered (or the state was reset since)."""
+
+
+class UnknownEnv(Exception):
+    """No environment with this id is registered."""
+
+
+class UnknownBatch(Exception):
+    """No served, unacknowledged batch has this id."""
+
+
+class QueueFull(Exception):
+    """Accepting the groups would exceed the queue limit; the client should retry later."""
+
+
+@dataclass
+class EnvRecord:
+    """A registered environment (field names as in the original's env records)."""
+
+    registered_id: int
+    max_context_len: int
+    weight: float
+    desired_name: str
+    real_name: str
+    last_update: float
+    connected: bool
+    min_batch_allocation: float | None
+    group_size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RunMeta:
+    """Scalar state: the trainer's registration, the step counter and the started flag."""
+
+    registered: bool = False
+    wandb_group: str | None = None
+    wandb_project: str | None = None
+    batch_size: int = -1
+    max_token_len: int = -1
+    checkpoint_dir: str | None = None
+    save_checkpoint_interval: int | None = None
+    num_steps: int = -1
+    step: int = 0
+    started: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunMeta:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class EnvStats:
+    """Per-env ingest counters since the process started (for ``/metrics``)."""
+
+    groups: int = 0
+    sequences: int = 0
+    score_sum: float = 0.0
+    score_count: int = 0
+
+
+@dataclass
+class Counters:
+    """Process-lifetime counters for ``/metrics``."""
+
+    groups_received: int = 0
+    sequences_received: int = 0
+    batches_formed: int = 0
+    batches_served: int = 0
+    sequences_served: int = 0
+    per_env: dict[int | None, EnvStats] = field(default_factory=dict)
+
+
+@dataclass
+class ServedBatch:
+    """A batch handed to the trainer: the full ``/batch`` response body and its size."""
+
+    batch_id: int
+    body: bytes
+    groups: int
+    sequences: int
+
+
+class TrajectoryState:
+    """All state of one API server; every public method is one atomic, committed operation."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_queue_sequences: int = 0,
+        max_queue_bytes: int = 0,
+        max_unacked_batches: int = 64,
+        inspect_history: int = 256,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.store = store
+        self.max_queue_sequences = max_queue_sequences
+        self.max_queue_bytes = max_queue_bytes
+        self.max_unacked_batches = max_unacked_batches
+        self.inspect_history = inspect_history
+        self.clock = clock
+        self.counters = Counters()
+        self._load()
+
+    # ------------------------------------------------------------------ loading
+
+    def _load(self) -> None:
+        snap = self.store.load()
+        self.meta = RunMeta.from_dict(snap.meta)
+        self.envs = [EnvRecord(**record) for record in snap.envs]
+        self.groups: dict[int, GroupRow] = {}
+        self.queue: list[GroupRow] = []
+        self.buffers: dict[int, list[GroupRow]] = {}
+        self.stack: list[BatchRow] = []
+        self.unacked: OrderedDict[int, BatchRow] = OrderedDict()
+        self.retired: list[int] = []
+        self.waiting_sequences = 0
+        self.waiting_bytes = 0
+        latest_row: GroupRow | None = None
+        for row in snap.groups:
+            self.groups[row.gid] = row
+            if row.loc == LOC_QUEUE:
+                self.queue.append(row)
+            elif row.loc == LOC_BUFFER:
+                self.buffers.setdefault(row.env_id, []).append(row)
+            elif row.loc == LOC_RETIRED:
+                self.retired.append(row.gid)
+            if row.loc in (LOC_QUEUE, LOC_BUFFER):
+                self._count_waiting(row.size, row.nbytes)
+            if row.qseq and (latest_row is None or row.qseq > latest_row.qseq):
+                latest_row = row
+        self.queue.sort(key=lambda r: r.qseq)
+        heapq.heapify(self.retired)
+        for batch in snap.batches:
+            if batch.state == BATCH_PENDING:
+                self.stack.append(batch)
+                self._count_batch(batch, +1)
+            else:
+                self.unacked[batch.bid] = batch
+        hwm = snap.hwm
+        self.next_gid = max([hwm.get("gid", 0), *self.groups]) + 1
+        self.next_bid = max([hwm.get("bid", 0), *(b.bid for b in snap.batches)]) + 1
+        self.next_qseq = max([hwm.get("qseq", 0), snap.latest_qseq, *(r.qseq for r in snap.groups)]) + 1
+        self.next_pos = max([hwm.get("pos", 0), *(b.pos for b in snap.batches)]) + 1
+        self.latest_gid: int | None = None
+        self.latest_blob: bytes | None = snap.latest
+        if latest_row is not None and latest_row.qseq > snap.latest_qseq:
+            self.latest_gid = latest_row.gid
+            self.latest_blob = None
+
+    def _transaction(self):
+        return _Guard(self)
+
+    # ------------------------------------------------------------------ accounting
+
+    def _count_waiting(self, sequences: int, nbytes: int, sign: int = 1) -> None:
+        self.waiting_sequences += sign * sequences
+        self.waiting_bytes += sign * nbytes
+
+    def _count_batch(self, batch: BatchRow, sign: int) -> None:
+        for gid in batch.gids:
+            row = self.groups[gid]
+            self._count_waiting(row.size, row.nbytes, sign)
+
+    def batch_sequences(self, batch: BatchRow) -> int:
+        return sum(self.groups[g].size for g in batch.gids)
+
+    @property
+    def queue_sequences(self) -> int:
+        return sum(r.size for r in self.queue)
+
+    # ------------------------------------------------------------------ registration
+
+    def register(self, registration: Registration) -> int:
+        """Initialise the run unless already registered; returns a new requester uuid (128-bit int)."""
+        if not self.meta.registered:
+            meta = RunMeta(
+                registered=True,
+                wandb_group=registration.wandb_group,
+                wandb_project=registration.wandb_project,
+                batch_size=int(registration.batch_size),
+                max_token_len=int(registration.max_token_len),
+                checkpoint_dir=registration.checkpoint_dir,
+                save_checkpoint_interval=registration.save_checkpoint_interval,
+                num_steps=registration.num_steps,
+                step=registration.starting_step,
+                started=False,
+            )
+            with self._transaction() as tx:
+                tx.put_meta(asdict(meta))
+                self.meta = meta
+        return uuid.uuid4().int
+
+    def register_env(self, request: RegisterEnv) -> dict[str, Any]:
+        """Add an env once the trainer has started; ``wait for trainer to start`` before that."""
+        meta = self.meta
+        if not (meta.registered and meta.started):
+            return {"status": "wait for trainer to start"}
+        if meta.batch_size > 0 and (
+            request.group_size > meta.batch_size or meta.batch_size % request.group_size
+        ):
+            raise InvalidRequest(
+                [
+                    error(
+                        "unbatchable_group",
+                        ["body", "group_size"],
+                        f"group_size {request.group_size} must divide the trainer's batch size "
+                        f"{meta.batch_size}, or its groups could never be batched",
+                        input=request.group_size,
+                    )
+                ]
+            )
+        same_name = sum(1 for e in self.envs if e.desired_name == request.desired_name)
+        record = EnvRecord(
+            registered_id=len(self.envs),
+            max_context_len=request.max_token_length,
+            weight=request.weight,
+            desired_name=request.desired_name,
+            real_name=f"{request.desired_name}_{same_name}",
+            last_update=self.clock(),
+            connected=True,
+            min_batch_allocation=request.min_batch_allocation,
+            group_size=request.group_size,
+        )
+        with self._transaction() as tx:
+            tx.put_env(record.registered_id, record.to_dict())
+            self.envs.append(record)
+        return {
+            "status": "success",
+            "env_id": record.registered_id,
+            "wandb_name": record.real_name,
+            "checkpoint_dir": meta.checkpoint_dir or "",
+            "starting_step": meta.step,
+            "checkpoint_interval": meta.save_checkpoint_interval,
+            "num_steps": meta.num_steps,
+        }
+
+    def disconnect_env(self, env_id: int) -> dict[str, Any]:
+        """Mark an env disconnected; the original's failure body for a bad id."""
+        if not self.meta.registered:
+            return {"status": "failure", "error": NOT_REGISTERED_MESSAGE}
+        if env_id < 0:
+            return {"status": "failure", "error": "env_id must be >= 0"}
+        if env_id >= len(self.envs):
+            return {"status": "failure", "error": "list index out of range"}
+        env = self.envs[env_id]
+        with self._transaction() as tx:
+            env.connected = False
+            tx.put_env(env_id, env.to_dict())
+        return {"status": "success"}
+
+    def admission_rules(self) -> AdmissionRules:
+        """What an incoming group must satisfy right now (see :mod:`atroposlib.api.validation`)."""
+        meta = self.meta
+        return AdmissionRules(
+            batch_size=meta.batch_size if meta.registered and meta.batch_size > 0 else None,
+            max_token_len=meta.max_token_len if meta.registered and meta.max_token_len > 0 else None,
+            env_group_sizes=tuple(e.group_size for e in self.envs),
+            env_id_required=any(e.min_batch_allocation is not None for e in self.envs),
+        )
+
+    # ------------------------------------------------------------------ ingest
+
+    def ingest(self, items: list[tuple[ScoredData, bytes]]) -> list[dict[str, Any]]:
+        """Queue (or buffer) validated groups with their stored JSON; all or nothing.
+
+        Returns one ``{"status": "received"}`` or ``{"status": "buffered", "buffer_size": n}`` per
+        group. Raises :class:`QueueFull` when the waiting data would exceed the queue limit and
+        :class:`InvalidRequest` when the request alone exceeds it.
+        """
+        new_sequences = sum(len(group.tokens) for group, _ in items)
+        new_bytes = sum(len(blob) for _, blob in items)
+        self._check_capacity(new_sequences, new_bytes)
+        now = self.clock()
+        results = []
+        with self._transaction() as tx:
+            for group, blob in items:
+                results.append(self._add_group(tx, group, blob, now))
+            self._collect(tx)
+        counters = self.counters
+        for group, _ in items:
+            size = len(group.tokens)
+            counters.groups_received += 1
+            counters.sequences_received += size
+            stats = counters.per_env.setdefault(group.env_id, EnvStats())
+            stats.groups += 1
+            stats.sequences += size
+            stats.score_sum += math.fsum(group.scores)
+            stats.score_count += len(group.scores)
+        return results
+
+    def _check_capacity(self, sequences: int, nbytes: int) -> None:
+        for limit, waiting, new, unit, flag in (
+            (self.max_queue_sequences, self.waiting_sequences, sequences, "sequences", "max_queue_sequences"),
+            (self.max_queue_bytes, self.waiting_bytes, nbytes, "bytes", "max_queue_bytes"),
+        ):
+            if not limit:
+                continue
+            if new > limit:
+                raise InvalidRequest(
+                    [
+                        error(
+                            "queue_limit",
+                            ["body"],
+                            f"the request holds {new} {unit}, more than the whole queue limit "
+                            f"({flag}={limit}); send smaller requests",
+                        )
+                    ]
+                )
+            if waiting + new > limit:
+                raise QueueFull(f"queue holds {waiting} of {limit} {unit}; retry later")
+
+    def _add_group(self, tx: Transaction, group: ScoredData, blob: bytes, now: float) -> dict[str, Any]:
+        gid = self.next_gid
+        self.next_gid += 1
+        size = len(group.tokens)
+        env_id = group.env_id
+        row = GroupRow(gid, env_id, size, len(blob), LOC_QUEUE, 0, self.meta.step, now)
+        self.groups[gid] = row
+        self._count_waiting(size, len(blob))
+        if env_id is not None and 0 <= env_id < len(self.envs) and size != self.envs[env_id].group_size:
+            target = self.envs[env_id].group_size
+            row.loc = LOC_BUFFER
+            tx.add_group(row, blob)
+            buffer = self.buffers.setdefault(env_id, [])
+            buffer.append(row)
+            picked = subset_summing_to([r.size for r in buffer], target)
+            if picked:
+                chosen = set(picked)
+                flushed = [buffer[i] for i in picked]
+                buffer[:] = [r for i, r in enumerate(buffer) if i not in chosen]
+                for flushed_row in flushed:
+                    self._enqueue(flushed_row)
+                tx.move_groups([r.gid for r in flushed], LOC_QUEUE, [r.qseq for r in flushed])
+            return {"status": "buffered", "buffer_size": sum(r.size for r in buffer)}
+        self._enqueue(row)
+        tx.add_group(row, blob)
+        return {"status": "received"}
+
+    def _enqueue(self, row: GroupRow) -> None:
+        row.loc = LOC_QUEUE
+        row.qseq = self.next_qseq
+        self.next_qseq += 1
+        self.queue.append(row)
+        self.latest_gid = row.gid
+        self.latest_blob = None
+
+    # ------------------------------------------------------------------ batches
+
+    def next_batch(self) -> ServedBatch | None:
+        """Serve the next batch (``GET /batch``), forming every formable batch if none is pending.
+
+        Pending batches are served newest first (LIFO); forming ``k`` batches advances the step
+        counter by ``k``. Returns ``None`` when no batch can be formed. Raises
+        :class:`NotRegistered` before registration.
+        """
+        meta = self.meta
+        if not meta.registered:
+            raise NotRegistered(NOT_REGISTERED_MESSAGE)
+        formed: list[list[int]] = []
+        if self.stack:
+            serve_gids = self.stack[-1].gids
+        else:
+            formed = self._formable_batches()
+            if not formed:
+                if not meta.started:
+                    with self._transaction() as tx:
+                        meta.started = True
+                        tx.put_meta(asdict(meta))
+                return None
+            serve_gids = formed[-1]
+        # Read before the transaction: serving may discard the oldest unacknowledged batch.
+        blobs = self.store.read_groups(serve_gids)
+        sequences = sum(self.groups[g].size for g in serve_gids)
+        with self._transaction() as tx:
+            meta.started = True
+            if formed:
+                for gids in formed:
+                    batch = BatchRow(self.next_bid, BATCH_PENDING, self.next_pos, 0, gids)
+                    self.next_bid += 1
+                    self.next_pos += 1
+                    for gid in gids:
+                        self.groups[gid].loc = LOC_BATCH
+                    tx.move_groups(gids, LOC_BATCH)
+                    tx.put_batch(batch)
+                    self.stack.append(batch)
+                self.queue = [r for r in self.queue if r.loc == LOC_QUEUE]
+                meta.step += len(formed)
+                self.counters.batches_formed += len(formed)
+            tx.put_meta(asdict(meta))
+            batch = self.stack.pop()
+            batch.state = BATCH_SERVED
+            batch.served += 1
+            batch.pos = self.next_pos
+            self.next_pos += 1
+            tx.put_batch(batch)
+            self.unacked[batch.bid] = batch
+            self._count_batch(batch, -1)
+            while len(self.unacked) > self.max_unacked_batches:
+                _, old = self.unacked.popitem(last=False)
+                tx.delete_batch(old.bid)
+                self._retire(tx, old.gids)
+            self._collect(tx)
+        self.counters.batches_served += 1
+        self.counters.sequences_served += sequences
+        body = orjson.dumps({"batch": [orjson.Fragment(b) for b in blobs], "batch_id": batch.bid})
+        return ServedBatch(batch.bid, body, len(blobs), sequences)
+
+    def _formable_batches(self) -> list[list[int]]:
+        """Every batch the queue can form now, as lists of group ids (formation order)."""
+        queue = self.queue
+        if not queue:
+            return []
+        has_min = any(e.min_batch_allocation is not None for e in self.envs)
+        mins = minimum_allocations(e.to_dict() for e in self.envs) if has_min else None
+        batches = drain_batches(
+            [r.size for r in queue], [r.env_id for r in queue], self.meta.batch_size, mins
+        )
+        return [[queue[i].gid for i in batch] for batch in batches]
+
+    def acknowledge(self, batch_id: int) -> None:
+        """Forget a served batch for good (``POST /batch/ack``); :class:`UnknownBatch` otherwise."""
+        batch = self.unacked.get(batch_id)
+        in_stack = None
+        if batch is None:
+            in_stack = next((b for b in self.stack if b.bid == batch_id and b.served), None)
+            if in_stack is None:
+                raise UnknownBatch(f"no served, unacknowledged batch with batch_id {batch_id}")
+        with self._transaction() as tx:
+            if batch is not None:
+                del self.unacked[batch_id]
+            else:
+                batch = in_stack
+                self.stack.remove(batch)
+                self._count_batch(batch, -1)
+            tx.delete_batch(batch_id)
+            self._retire(tx, batch.gids)
+            self._collect(tx)
+
+    def replay(self) -> int:
+        """Re-queue every unacknowledged batch, oldest served first (``POST /batch/replay``)."""
+        batches = list(self.unacked.values())
+        if not batches:
+            return 0
+        with self._transaction() as tx:
+            # The stack is served from its end, so push the newest first and the oldest last.
+            for batch in reversed(batches):
+                batch.state = BATCH_PENDING
+                batch.pos = self.next_pos
+                self.next_pos += 1
+                tx.put_batch(batch)
+                self.stack.append(batch)
+                self._count_batch(batch, +1)
+            self.unacked.clear()
+        return len(batches)
+
+    def _retire(self, tx: Transaction, gids: list[int]) -> None:
+        """Groups whose batch is done; kept while inside the inspection window."""
+        for gid in gids:
+            row = self.groups.get(gid)
+            if row is not None:
+                row.loc = LOC_RETIRED
+                heapq.heappush(self.retired, gid)
+        tx.move_groups(gids, LOC_RETIRED)
+
+    def _collect(self, tx: Transaction) -> None:
+        """Delete retired groups that fell out of the inspection window (``inspect_history``)."""
+        threshold = self.next_gid - 1 - self.inspect_history
+        doomed = []
+        while self.retired and self.retired[0] <= threshold:
+            doomed.append(heapq.heappop(self.retired))
+        if not doomed:
+            return
+        if self.latest_gid in doomed:
+            self._preserve_latest(tx)
+        for gid in doomed:
+            self.groups.pop(gid, None)
+        tx.delete_groups(doomed)
+
+    def _preserve_latest(self, tx: Transaction) -> None:
+        """Copy the latest group out of its row before the row goes (reset does not clear it)."""
+        gid = self.latest_gid
+        if gid is None:
+            return
+        data = self.store.read_group(gid)
+        if data is not None:
+            tx.put_latest(data, self.groups[gid].qseq)
+            self.latest_blob = data
+        self.latest_gid = None
+
+    # ------------------------------------------------------------------ reset
+
+    def reset(self) -> None:
+        """``GET /reset_data``: drop queue, buffers, batches, envs and registration.
+
+        Kept, as in the original: ``max_token_len``, ``checkpoint_dir``,
+        ``save_checkpoint_interval`` and the latest example. Ids are never reused.
+        """
+        old = self.meta
+        with self._transaction() as tx:
+            self._preserve_latest(tx)
+            tx.reset(
+                {
+                    "gid": self.next_gid - 1,
+                    "bid": self.next_bid - 1,
+                    "qseq": self.next_qseq - 1,
+                    "pos": self.next_pos - 1,
+                }
+            )
+            meta = RunMeta(
+                max_token_len=old.max_token_len,
+                checkpoint_dir=old.checkpoint_dir,
+                save_checkpoint_interval=old.save_checkpoint_interval,
+            )
+            tx.put_meta(asdict(meta))
+            self.meta = meta
+            self.envs = []
+            self.groups = {}
+            self.queue = []
+            self.buffers = {}
+            self.stack = []
+            self.unacked = OrderedDict()
+            self.retired = []
+            self.waiting_sequences = 0
+            self.waiting_bytes = 0
+
+    # ------------------------------------------------------------------ reads
+
+    def status(self) -> dict[str, int]:
+        return {"current_step": self.meta.step, "queue_size": len(self.queue)}
+
+    def info(self) -> dict[str, int]:
+        return {"batch_size": self.meta.batch_size, "max_token_len": self.meta.max_token_len}
+
+    def wandb_info(self) -> dict[str, str | None]:
+        return {"group": self.meta.wandb_group, "project": self.meta.wandb_project}
+
+    def latest_example(self) -> bytes:
+        """Stored JSON of the last group that entered the queue (9 empty lists before any)."""
+        if self.latest_gid is not None:
+            data = self.store.read_group(self.latest_gid)
+            if data is not None:
+                return data
+        if self.latest_blob is not None:
+            return self.latest_blob
+        return orjson.dumps(EMPTY_LATEST_EXAMPLE)
+
+    def status_env(self, env_id: int) -> dict[str, Any]:
+        """``GET /status-env``: backlog and inference weight as seen by one env.
+
+        Raises :class:`NotRegistered` or :class:`UnknownEnv`. A total weight of zero (no connected
+        env with a positive weight) gives the minimum weight instead of a division by zero.
+        """
+        if not self.meta.registered:
+            raise NotRegistered(NOT_REGISTERED_MESSAGE)
+        if env_id < 0 or env_id >= len(self.envs):
+            raise UnknownEnv(f"unknown env_id {env_id}: {len(self.envs)} environment(s) are registered")
+        env = self.envs[env_id]
+        connected = [e for e in self.envs if e.connected]
+        total = sum(e.max_context_len * max(0.0, e.weight) for e in connected)
+        share = env.max_context_len * env.weight / total if total > 0 else 0.0
+        min_total = sum(e.min_batch_allocation for e in connected if e.min_batch_allocation is not None)
+        max_group = 1
+        own_sequences = 0
+        group_size = env.group_size
+        others: dict[int | None, int] = {}
+        for row in self.queue:
+            if row.size > max_group:
+                max_group = row.size
+            if row.env_id == env_id:
+                group_size = max(group_size, row.size)
+                own_sequences += row.size
+            else:
+                others[row.env_id] = others.get(row.env_id, 0) + row.size
+        if group_size != env.group_size:
+            with self._transaction() as tx:
+                env.group_size = group_size
+                tx.put_env(env_id, env.to_dict())
+        reserved = {
+            e.registered_id: int(self.meta.batch_size * e.min_batch_allocation)
+            for e in connected
+            if e.min_batch_allocation is not None
+        }
+        available = 0
+        if max_group > 1:
+            for other_env, sequences in others.items():
+                packed = math.ceil(sequences / max_group) * max_group
+                available += max(0, packed - reserved.get(other_env, 0))
+        return {
+            "current_step": self.meta.step,
+            "queue_size": (own_sequences + available) // group_size,
+            "unallocated_fraction": 1.0 - min(min_total, 1.0),
+            "self_queue_size": own_sequences // group_size,
+            "max_group_size": max_group,
+            "env_weight": max(MIN_ENV_WEIGHT, share),
+        }
+
+    def recent_groups(self, limit: int, env_id: int | None = None) -> bytes:
+        """``GET /inspect/recent`` body: the newest received groups, newest first (read-only)."""
+        low = self.next_gid - 1 - self.inspect_history
+        picked: list[GroupRow] = []
+        gid = self.next_gid - 1
+        while gid > low and gid > 0 and len(picked) < limit:
+            row = self.groups.get(gid)
+            if row is not None and (env_id is None or row.env_id == env_id):
+                picked.append(row)
+            gid -= 1
+        blobs = self.store.read_groups([r.gid for r in picked])
+        entries = []
+        for row, blob in zip(picked, blobs, strict=True):
+            env = (
+                self.envs[row.env_id] if row.env_id is not None and 0 <= row.env_id < len(self.envs) else None
+            )
+            entries.append(
+                {
+                    "seq": row.gid,
+                    "env_id": row.env_id,
+                    "env_name": env.real_name if env else None,
+                    "received_step": row.received_step,
+                    "received_at": row.received_at,
+                    "group": orjson.Fragment(blob),
+                }
+            )
+        return orjson.dumps({"groups": entries, "current_step": self.meta.step})
+
+    def env_records(self) -> list[dict[str, Any]]:
+        """``GET /inspect/envs`` entries."""
+        return [
+            {
+                "env_id": e.registered_id,
+                "real_name": e.real_name,
+                "desired_name": e.desired_name,
+                "group_size": e.group_size,
+                "max_context_len": e.max_context_len,
+                "weight": e.weight,
+                "connected": e.connected,
+                "min_batch_allocation": e.min_batch_allocation,
+            }
+            for e in self.envs
+        ]
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "store": self.store.kind,
+            "registered": self.meta.registered,
+            "started": self.meta.started,
+            "current_step": self.meta.step,
+            "queue_groups": len(self.queue),
+            "queue_sequences": self.queue_sequences,
+            "buffered_sequences": sum(r.size for rows in self.buffers.values() for r in rows),
+            "pending_batches": len(self.stack),
+            "unacked_batches": len(self.unacked),
+            "waiting_sequences": self.waiting_sequences,
+            "envs": len(self.envs),
+        }
+
+
+class _Guard:
+    """A store transaction that rebuilds the mirror from the store if it fails.
+
+    The mirror is updated while the transaction is being written; when the commit fails (disk
+    full, I/O error) the committed state is reloaded so that memory never claims more than the
+    store holds.
+    """
+
+    def __init__(self, state: TrajectoryState):
+        self._state = state
+        self._cm = state.store.transaction()
+
+    def __enter__(self) -> Transaction:
+        return self._cm.__enter__()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self._cm.__exit__(exc_type, exc, tb)
+        except BaseException:
+            self._reload()
+            raise
+        if exc_type is not None:
+            self._reload()
+        return False
+
+    def _reload(self) -> None:
+        if self._state.store.durable:
+            counters = self._state.counters
+            self._state._load()
+            self._state.counters = counters
