@@ -141,7 +141,7 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
                 logger.info("%s exists; writing groups to %s", config.data_path_to_save_groups, path)
                 config.data_path_to_save_groups = str(path)
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.jsonl_writer = JsonlWriter(path, mode="w")
+            self.jsonl_writer = JsonlWriter(path, mode="w").open()
 
     # ------------------------------------------------------------------------------------------------------
     # Configuration

@@ -41,6 +41,12 @@ class JsonlWriter:
         self._lock = threading.Lock()
         self.lines_written = 0
 
+    def open(self) -> JsonlWriter:
+        """Create/truncate (mode "w") or open (mode "a") the file now rather than on the first write."""
+        with self._lock:
+            self._open()
+        return self
+
     def _open(self) -> IO[bytes]:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
