@@ -42,7 +42,9 @@ Routes (loopback only):
 
 Knobs (``server.control(...)``, also over HTTP): ``fail_next`` (answer the next N generation
 requests with HTTP ``fail_status``, default 500), ``healthy`` (health routes answer 503 when False),
-``delay_s`` (fixed latency added to every generation request, for benchmarks).
+``delay_s`` (fixed latency added to every generation request, for benchmarks), ``ignore_n`` (answer
+one choice per request whatever ``n`` says), ``generate_route`` (False: ``/generate`` answers 404, as
+on a plain ``vllm serve``).
 
 ``launch_scripted_server`` runs uvicorn in a background thread of the calling process, or, with
 ``in_subprocess=True``, as ``python -m atroposlib.testing.scripted_server`` (then ``respond`` must be
@@ -162,6 +164,8 @@ class ScriptedBackend:
         self.delay_s = float(delay_s)
         self.trl_logprobs = trl_logprobs
         self.healthy = True
+        self.ignore_n = False
+        self.generate_route_enabled = True
         self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_log)
         self._failures: collections.deque[int] = collections.deque()
         self._lock = threading.Lock()
@@ -173,14 +177,22 @@ class ScriptedBackend:
         fail_status: int = 500,
         healthy: Optional[bool] = None,
         delay_s: Optional[float] = None,
+        ignore_n: Optional[bool] = None,
+        generate_route: Optional[bool] = None,
     ) -> None:
-        """Queue ``fail_next`` failures with ``fail_status``; set health and latency."""
+        """Queue ``fail_next`` failures with ``fail_status``; set health, latency, whether ``n`` is
+        ignored (one choice per request, like some providers) and whether ``POST /generate`` exists
+        (404 when False, like a plain ``vllm serve``)."""
         with self._lock:
             self._failures.extend([int(fail_status)] * int(fail_next))
         if healthy is not None:
             self.healthy = bool(healthy)
         if delay_s is not None:
             self.delay_s = float(delay_s)
+        if ignore_n is not None:
+            self.ignore_n = bool(ignore_n)
+        if generate_route is not None:
+            self.generate_route_enabled = bool(generate_route)
 
     def take_failure(self) -> Optional[int]:
         with self._lock:
@@ -259,12 +271,11 @@ class ScriptedBackend:
         return result
 
     # -- request handlers (pure: body -> answer dict) ----------------------------------------------
-    @staticmethod
-    def _n(body: dict) -> int:
+    def _n(self, body: dict) -> int:
         n = body.get("n") or 1
         if not isinstance(n, int) or n < 1:
             raise BadRequest(f"n must be a positive integer, got {n!r}")
-        return n
+        return 1 if self.ignore_n else n
 
     @staticmethod
     def _max_tokens(body: dict) -> Optional[int]:
@@ -503,6 +514,8 @@ def create_app(backend: ScriptedBackend) -> FastAPI:
 
     @app.post("/generate")
     async def generate(request: Request):
+        if not backend.generate_route_enabled:
+            return _error(404, "Not Found")
         return await run("/generate", request, backend.generate_route)
 
     @app.post("/generate/")

@@ -450,14 +450,16 @@ class APIServer(ABC):
         changed = asyncio.Event()
         self._listeners.append(changed.set)
         try:
-            while not self.server_healthy:
+            while True:
+                changed.clear()
+                if self.server_healthy:
+                    return
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise ServerUnavailableError(
                         f"inference server {self._describe()} stayed unhealthy for "
                         f"{self.config.timeout} s; is it running and reachable?"
                     )
-                changed.clear()
                 try:
                     await asyncio.wait_for(changed.wait(), timeout=remaining)
                 except asyncio.TimeoutError:

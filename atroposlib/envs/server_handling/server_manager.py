@@ -229,6 +229,7 @@ class ServerManager:
         unhealthy_since: Optional[float] = None
         try:
             while True:
+                changed.clear()  # before looking, so a change from here on is not missed
                 server = self._select(is_training)
                 if server is not None:
                     return server
@@ -248,7 +249,6 @@ class ServerManager:
                     timeout = min(timeout, limit - (now - unhealthy_since))
                 else:
                     unhealthy_since = None
-                changed.clear()
                 try:
                     await asyncio.wait_for(changed.wait(), timeout=timeout)
                 except asyncio.TimeoutError:
