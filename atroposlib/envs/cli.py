@@ -151,6 +151,8 @@ def build_parser(env_cls: type, commands: dict[str, type[CliCommand] | None]) ->
         sub_parser = sub.add_parser(
             mode,
             help=_MODE_HELP.get(mode),
+            usage="%(prog)s [--config PATH] [--env.FIELD VALUE ...] [--openai.FIELD VALUE ...] "
+            "[--slurm [BOOL]] [--testing [BOOL]] ...",
             description=f"{env_cls.__name__} {mode}: {_MODE_HELP.get(mode, '')}. "
             "Precedence: config_init() < --config YAML < flags.",
         )

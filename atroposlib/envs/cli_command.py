@@ -18,7 +18,6 @@ import copy
 import logging
 import netrc
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -286,6 +285,8 @@ def construct_env(env_cls: type, resolved: ResolvedRun) -> Any:
         if "proxy_url" in resolved.explicit_manager_keys and manager.proxy_url:
             server.proxy_url = manager.proxy_url
             server.use_proxy = True
+        if "tool_parser" in resolved.explicit_manager_keys and getattr(manager, "tool_parser", None):
+            server.tool_parser = manager.tool_parser
     return env
 
 
@@ -314,9 +315,6 @@ def run_resolved(env_cls: type, resolved: ResolvedRun) -> Any:
         env.n_groups_to_process = resolved.env_config.total_steps
         env.group_size_to_process = resolved.env_config.group_size
         asyncio.run(env.process_manager())
-        out = getattr(env.config, "data_path_to_save_groups", None)
-        if out:
-            print(f"wrote {out} and {Path(out).with_suffix('.html')}", file=sys.stderr)
     elif resolved.mode == "evaluate":
         asyncio.run(_evaluate(env))
     else:

@@ -3,7 +3,7 @@
 Pure functions (no argparse, no environment construction) so each rule is tested directly:
 
 * :func:`load_yaml_config` reads and checks the ``--config`` file (top-level ``env``, ``openai``,
-  ``slurm``, ``testing``; also ``max_n_completions`` and ``proxy_url``);
+  ``slurm``, ``testing``; also ``max_n_completions``, ``proxy_url`` and ``tool_parser``);
 * :func:`mode_env_defaults` applies the per-subcommand defaults on top of ``config_init()``;
 * :func:`build_env_config` / :func:`build_manager_config` merge the layers and validate;
 * :func:`resolve_server_configs` decides which inference-server configs the environment gets.
@@ -28,7 +28,7 @@ logger = logging.getLogger("atroposlib.envs.cli")
 
 ENV_KEY = "env"
 OPENAI_KEY = "openai"
-MANAGER_KEYS = ("slurm", "testing", "max_n_completions", "proxy_url")
+MANAGER_KEYS = ("slurm", "testing", "max_n_completions", "proxy_url", "tool_parser")
 KNOWN_TOP_LEVEL_KEYS = frozenset({ENV_KEY, OPENAI_KEY, *MANAGER_KEYS})
 MODES = ("serve", "process", "evaluate")
 
@@ -220,7 +220,7 @@ def build_manager_config(
     yaml_path: Any = None,
 ) -> BaseModel:
     """``ServerManagerConfig`` defaults < top-level YAML keys < flags (``slurm``, ``testing``, ...)."""
-    yaml_values = {k: yaml_doc[k] for k in MANAGER_KEYS if k in yaml_doc}
+    yaml_values = {k: yaml_doc[k] for k in MANAGER_KEYS if k in yaml_doc and k in manager_cls.model_fields}
     merged = merge_dicts(yaml_values, cli_values)
     try:
         return manager_cls(**merged)
