@@ -11,9 +11,11 @@ SQLite layout (one file, ``<data_dir>/trajectory_api.sqlite3``, WAL mode):
   high-water marks kept across resets), ``latest`` (copy of the latest group once its row is
   gone), ``schema``.
 - ``envs(env_id, record)``: env registry, record as JSON.
-- ``groups(gid, env_id, size, nbytes, loc, qseq, received_step, received_at, data)``: every group
-  not yet discarded; ``loc`` says where it is (queue, buffer, batch, retired), ``qseq`` is its
+- ``groups(gid, env_id, size, nbytes, loc, qseq, received_step, received_at)``: every group not
+  yet discarded; ``loc`` says where it is (queue, buffer, batch, retired), ``qseq`` is its
   position in the order groups entered the queue.
+- ``group_data(gid, data)``: the stored JSON of each group, written once and never updated
+  (kept apart so that moving a group rewrites a small row, not its data).
 - ``batches(bid, state, pos, served, gids)``: formed batches, pending (``state=0``, a stack
   ordered by ``pos``) or served and unacknowledged (``state=1``, ordered by ``pos``).
 
@@ -126,9 +128,9 @@ CREATE TABLE IF NOT EXISTS groups (
     loc INTEGER NOT NULL,
     qseq INTEGER NOT NULL,
     received_step INTEGER NOT NULL,
-    received_at REAL NOT NULL,
-    data BLOB NOT NULL
+    received_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS group_data (gid INTEGER PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS batches (
     bid INTEGER PRIMARY KEY,
     state INTEGER NOT NULL,
@@ -145,7 +147,7 @@ class _SqliteTransaction:
 
     def add_group(self, row: GroupRow, data: bytes) -> None:
         self._conn.execute(
-            "INSERT INTO groups VALUES (?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO groups VALUES (?,?,?,?,?,?,?,?)",
             (
                 row.gid,
                 row.env_id,
@@ -155,9 +157,9 @@ class _SqliteTransaction:
                 row.qseq,
                 row.received_step,
                 row.received_at,
-                data,
             ),
         )
+        self._conn.execute("INSERT INTO group_data VALUES (?,?)", (row.gid, data))
 
     def move_groups(self, gids: Iterable[int], loc: int, qseqs: Iterable[int] | None = None) -> None:
         if qseqs is None:
@@ -169,7 +171,9 @@ class _SqliteTransaction:
             )
 
     def delete_groups(self, gids: Iterable[int]) -> None:
-        self._conn.executemany("DELETE FROM groups WHERE gid=?", [(g,) for g in gids])
+        keys = [(g,) for g in gids]
+        self._conn.executemany("DELETE FROM groups WHERE gid=?", keys)
+        self._conn.executemany("DELETE FROM group_data WHERE gid=?", keys)
 
     def put_batch(self, batch: BatchRow) -> None:
         self._conn.execute(
@@ -192,6 +196,7 @@ class _SqliteTransaction:
 
     def reset(self, hwm: dict[str, int]) -> None:
         self._conn.execute("DELETE FROM groups")
+        self._conn.execute("DELETE FROM group_data")
         self._conn.execute("DELETE FROM batches")
         self._conn.execute("DELETE FROM envs")
         self._put("hwm", json.dumps(hwm))
@@ -312,7 +317,6 @@ class SqliteStore:
         snap.latest = bytes(meta["latest"]) if "latest" in meta else None
         snap.latest_qseq = int(meta.get("latest_qseq", 0) or 0)
         snap.envs = [json.loads(r[0]) for r in conn.execute("SELECT record FROM envs ORDER BY env_id")]
-        # The data column is last, so this scan never reads group data (overflow pages).
         snap.groups = [
             GroupRow(*r)
             for r in conn.execute(
@@ -333,11 +337,13 @@ class SqliteStore:
         for start in range(0, len(gids), 500):
             chunk = gids[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            found.update(self._conn.execute(f"SELECT gid, data FROM groups WHERE gid IN ({marks})", chunk))
+            found.update(
+                self._conn.execute(f"SELECT gid, data FROM group_data WHERE gid IN ({marks})", chunk)
+            )
         return [found[g] for g in gids]
 
     def read_group(self, gid: int) -> bytes | None:
-        row = self._conn.execute("SELECT data FROM groups WHERE gid=?", (gid,)).fetchone()
+        row = self._conn.execute("SELECT data FROM group_data WHERE gid=?", (gid,)).fetchone()
         return None if row is None else row[0]
 
     # ---------------------------------------------------------------- writes
