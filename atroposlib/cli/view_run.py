@@ -12,6 +12,7 @@ import argparse
 import inspect
 import os
 import sys
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -81,12 +82,47 @@ def build_parser(prog: str = PROG, default_tokenizer: str = DEFAULT_TOKENIZER) -
     return parser
 
 
+class TokenizerSlot:
+    """The viewer's tokenizer, loaded once: from a local path or cache at once, else from the hub in
+    the background so the page starts without waiting for (possibly unreachable) downloads."""
+
+    def __init__(self, name: str | None, prog: str = PROG) -> None:
+        self.name = name
+        self.prog = prog
+        self.tokenizer: Any | None = None
+        self.problem: str | None = None
+        self.loading = False
+        self.version = 0  # bumped when the tokenizer arrives, so cached pages are re-rendered
+        if not name or name.lower() == "none":
+            return
+        self.tokenizer = load_tokenizer(name, required=False, local_files_only=True)
+        if self.tokenizer is None:
+            self.loading = True
+            threading.Thread(target=self._load_from_hub, name="tokenizer-loader", daemon=True).start()
+
+    def _load_from_hub(self) -> None:
+        try:
+            self.tokenizer = load_tokenizer(self.name, required=True)
+            self.version += 1
+        except ToolError as exc:
+            self.problem = f"{exc}: showing messages (or token ids) instead"
+            print(f"{self.prog}: warning: {self.problem}", file=sys.stderr, flush=True)
+        finally:
+            self.loading = False
+
+    @property
+    def notice(self) -> str | None:
+        if self.loading:
+            return f"loading tokenizer {self.name!r}; showing messages until it is ready"
+        return self.problem
+
+
 @dataclass
 class Viewer:
     """Everything the page's callbacks need."""
 
     store: GroupStore
-    tokenizer: Any | None
+    tokenizer_slot: TokenizerSlot
     source_label: str
     consumer: BatchConsumer | None = None
     batch_wait: float = 30.0
@@ -94,10 +130,14 @@ class Viewer:
     multimodal: bool = False
 
     def __post_init__(self) -> None:
-        self._html_cache: OrderedDict[int, str] = OrderedDict()
+        self._html_cache: OrderedDict[tuple[int, str, int], str] = OrderedDict()
+
+    @property
+    def tokenizer(self) -> Any | None:
+        return self.tokenizer_slot.tokenizer
 
     def group_html(self, key: int, record: GroupRecord, position: str) -> str:
-        cache_key = (key, position)
+        cache_key = (key, position, self.tokenizer_slot.version)
         html = self._html_cache.get(cache_key)
         if html is None:
             html = render_group(record, self.tokenizer, position)
@@ -114,9 +154,9 @@ class Viewer:
         if shown is not None:
             parts.append(f"**Showing:** {shown} of {total}")
         line = " · ".join(parts)
-        notice = getattr(self.store.source, "notice", None) or self.notice
-        if notice:
-            line += f"\n\nℹ️ {notice}"
+        for notice in (getattr(self.store.source, "notice", None), self.notice, self.tokenizer_slot.notice):
+            if notice:
+                line += f"\n\nℹ️ {notice}"
         if self.store.missed:
             line += (
                 f"\n\n⚠️ {self.store.missed} groups arrived faster than the page refreshed and were not loaded"
@@ -145,12 +185,19 @@ class Viewer:
             time.sleep(1.0)
 
 
-def _first_user_images(viewer: Viewer, record: GroupRecord) -> tuple[list[Any], str]:
+def _images_and_prompt(viewer: Viewer, record: GroupRecord) -> tuple[list[Any], str]:
+    """The group's images and its human-readable text prompt (multimodal page)."""
     from atroposlib.cli._tooling.images import group_images, text_prompt
     from atroposlib.cli._tooling.render import build_display
+    from atroposlib.cli._tooling.text import message_text, split_conversations
 
-    prompt = build_display(record.group, viewer.tokenizer).prompt
-    return group_images(record.group, prompt), text_prompt(prompt)
+    prefix = build_display(record.group, viewer.tokenizer).prompt
+    messages = record.group.get("messages")
+    text = ""
+    if isinstance(messages, list) and messages:
+        shared, _ = split_conversations(messages)
+        text = "\n\n".join(message_text(m) for m in shared if isinstance(m, dict) and m.get("role") == "user")
+    return group_images(record.group, prefix), text or text_prompt(prefix)
 
 
 def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_interval: float = 5.0) -> Any:
@@ -231,7 +278,7 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
             )
             result = [key, follow_newest, env_update, line, html, overall_html]
             if viewer.multimodal:
-                images, text = _first_user_images(viewer, record) if record is not None else ([], "")
+                images, text = _images_and_prompt(viewer, record) if record is not None else ([], "")
                 result += [images, text]
             return result
 
@@ -274,15 +321,11 @@ def prepare(args: argparse.Namespace, prog: str) -> Viewer:
         raise ToolError(
             "--register only makes sense with --consume (the read-only view needs no registration)"
         )
-    tokenizer = load_tokenizer(args.tokenizer, required=False)
-    notice = None
-    if tokenizer is None and args.tokenizer and args.tokenizer.lower() != "none":
-        notice = f"tokenizer {args.tokenizer!r} could not be loaded: showing messages (or token ids) instead"
-        print(f"{prog}: warning: {notice}", file=sys.stderr)
+    tokenizer = TokenizerSlot(args.tokenizer, prog)
     if args.jsonl:
         store = GroupStore(JsonlTail(args.jsonl), max_groups=args.keep)
         store.refresh(force=True)
-        return Viewer(store, tokenizer, f"file `{args.jsonl}`", notice=notice)
+        return Viewer(store, tokenizer, f"file `{args.jsonl}`")
     client = ApiClient(args.api_url, resolve_api_key(args.api_key))
     try:
         client.info()
@@ -297,15 +340,13 @@ def prepare(args: argparse.Namespace, prog: str) -> Viewer:
             client.register(batch_size=args.group_size * 8, max_token_len=args.max_token_len, num_steps=69)
         store = GroupStore(None, max_groups=args.keep)
         label = f"API `{args.api_url}` (consuming batches: the trainer does not get them)"
-        return Viewer(
-            store, tokenizer, label, consumer=BatchConsumer(client), batch_wait=args.batch_wait, notice=notice
-        )
+        return Viewer(store, tokenizer, label, consumer=BatchConsumer(client), batch_wait=args.batch_wait)
     source = ReadOnlyApiSource(client, limit=args.history, env_id=args.env_id)
     store = GroupStore(
         source, max_groups=args.keep, min_interval=min(1.0, max(0.1, args.refresh_interval / 2))
     )
     store.refresh(force=True)
-    return Viewer(store, tokenizer, f"API `{args.api_url}` (read-only)", notice=notice)
+    return Viewer(store, tokenizer, f"API `{args.api_url}` (read-only)")
 
 
 def run(
@@ -315,11 +356,11 @@ def run(
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
     def body() -> int:
+        viewer = prepare(args, prog)  # flag and source problems first: they need no gradio
         try:
             import gradio  # noqa: F401
         except ImportError:
             raise ToolError("gradio is not installed: pip install 'atroposlib[examples]'")
-        viewer = prepare(args, prog)
         viewer.multimodal = multimodal
         demo = build_app(viewer, title=title, refresh_interval=args.refresh_interval)
         print(f"{prog}: serving on http://{args.host}:{args.port}", file=sys.stderr, flush=True)

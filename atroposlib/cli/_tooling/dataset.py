@@ -220,12 +220,21 @@ def _open_live_source(args: argparse.Namespace, client: ApiClient) -> InspectPol
     return poller
 
 
+def _load_text_tokenizer(name: str, prog: str) -> Any:
+    """The tokenizer for text mode: local path or cache first, else the hub (may take a while)."""
+    tokenizer = load_tokenizer(name, required=False, local_files_only=True)
+    if tokenizer is None:
+        print(f"{prog}: loading tokenizer {name!r} from the hub", file=sys.stderr, flush=True)
+        tokenizer = load_tokenizer(name, required=True)
+    return tokenizer
+
+
 def run_generator(args: argparse.Namespace, prog: str, to_records: GroupToRecords) -> int:
     """Run a dataset generator. Returns the exit status (0 if any record was written, else 1)."""
     out_path = Path(args.filepath)
     check_output(out_path, args.append_to_previous)
     validate_source_flags(args)
-    tokenizer = None if args.save_messages else load_tokenizer(args.tokenizer, required=True)
+    tokenizer = None if args.save_messages else _load_text_tokenizer(args.tokenizer, prog)
     rng = random.Random(args.seed)
     limit = args.num_seqs_to_save if args.num_seqs_to_save > 0 else None
     stats = RunStats()

@@ -74,11 +74,12 @@ def mask_runs(tokens: Sequence[int], mask: Sequence[int] | None) -> list[tuple[b
     return runs
 
 
-def load_tokenizer(name: str | None, *, required: bool) -> Any | None:
+def load_tokenizer(name: str | None, *, required: bool, local_files_only: bool = False) -> Any | None:
     """Load a Hugging Face tokenizer by hub name or local path, once.
 
-    ``name`` of None, "" or "none" means no tokenizer. On failure: ToolError if ``required``, else
-    None (the caller shows messages instead of decoded tokens).
+    ``name`` of None, "" or "none" means no tokenizer. ``local_files_only`` skips the hub (only a
+    local directory or the local cache). On failure: ToolError if ``required``, else None (the
+    caller shows messages instead of decoded tokens).
     """
     if not name or name.lower() == "none":
         if required:
@@ -88,7 +89,7 @@ def load_tokenizer(name: str | None, *, required: bool) -> Any | None:
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(name)
+        return AutoTokenizer.from_pretrained(name, local_files_only=local_files_only)
     except Exception as exc:  # noqa: BLE001 - any hub/IO/format failure means "no tokenizer"
         reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         if required:
