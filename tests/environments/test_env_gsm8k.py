@@ -1,0 +1,159 @@
+"""The GSM8K reference environment: data loading, math_verify scoring, ``process`` and ``evaluate``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from atroposlib.envs.base import APIServerConfig
+from atroposlib.envs.cli import run_cli
+from atroposlib.testing.scripted_server import launch_scripted_server
+from environments.gsm8k_server import GSM8kEnv, GSM8kEnvConfig, gold_number
+from tests.fixtures.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, gsm8k_responder, read_jsonl, run_env
+
+ROWS = read_jsonl(GSM8K_SAMPLE)
+
+
+def _env(tiny_model_dir, **overrides) -> GSM8kEnv:
+    values = {
+        "tokenizer_name": str(tiny_model_dir),
+        "use_wandb": False,
+        "group_size": 4,
+        "dataset_path": str(GSM8K_SAMPLE),
+        **overrides,
+    }
+    config = GSM8kEnvConfig(**values)
+    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
+    return GSM8kEnv(config, server, slurm=False, testing=False)
+
+
+def _rollout(env: GSM8kEnv, reply: str, gold: str, generated: int = 20) -> dict:
+    prompt = [5] * 8
+    return {
+        "messages": ({"role": "user", "content": "q"}, {"role": "assistant", "content": reply}),
+        "gold_answer": "\\boxed{" + gold + "}",
+        "finish_reason": "stop",
+        "tokens": prompt + list(range(100, 100 + generated)),
+        "masks": [-100] * len(prompt) + list(range(100, 100 + generated)),
+        "logprobs": [1.0] * len(prompt) + [-0.5] * generated,
+    }
+
+
+def test_gold_number_reads_the_final_answer():
+    assert gold_number("12 + 7 = 19\n#### 1,200") == "1200"
+    assert [gold_number(r["answer"]) for r in ROWS[:3]] == ["14", "72", "90"]
+
+
+async def test_setup_reads_a_local_jsonl(tiny_model_dir):
+    env = _env(tiny_model_dir, eval_limit=5)
+    await env.setup()
+    assert len(env.train) == len(ROWS)
+    assert len(env.test) == 5
+    golds = {gold_number(r["answer"]) for r in ROWS}
+    assert all(item["gold_answer"] in golds for item in env.test)
+    first = await env.get_next_item()
+    assert set(first) >= {"question", "answer"} and env.iter == 1
+
+
+async def test_default_loader_is_the_hub_dataset(tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    env = _env(tiny_model_dir, dataset_path=None)
+    with pytest.raises(Exception, match="gsm8k"):
+        await env.setup()
+
+
+async def test_score_mixed_group_gets_plus_minus_one(tiny_model_dir):
+    env = _env(tiny_model_dir)
+    rollouts = [
+        _rollout(env, "<think>work</think>So \\boxed{14}", "14"),
+        _rollout(env, "\\boxed{15}", "14"),
+        _rollout(env, "The answer is \\boxed{14}.", "14"),
+        _rollout(env, "no box here: 14", "14"),
+    ]
+    group = await env.score(rollouts)
+    assert sorted(group["scores"]) == [-1.0, -1.0, 1.0, 1.0]
+    assert len(group["tokens"]) == len(group["masks"]) == len(group["inference_logprobs"]) == 4
+    assert sorted(env.percent_correct_buffer) == [0, 0, 1, 1]
+
+
+async def test_score_all_correct_prefers_shorter_replies(tiny_model_dir):
+    env = _env(tiny_model_dir, max_token_length=40)
+    rollouts = [_rollout(env, "\\boxed{14}", "14", generated=n) for n in (10, 20, 30, 40)]
+    group = await env.score(rollouts)
+    by_length = dict(zip((len(t) for t in group["tokens"]), group["scores"], strict=True))
+    assert by_length[18] == 1.0  # 8 prompt + 10 generated <= half the budget
+    assert by_length[28] < 1.0 and by_length[38] < by_length[28] and by_length[48] == 0.0
+
+
+async def test_score_skips_uniform_groups_short_rollouts_and_bad_gold(tiny_model_dir):
+    env = _env(tiny_model_dir)
+    wrong = [_rollout(env, "\\boxed{1}", "14") for _ in range(4)]
+    assert await env.score(wrong) is None
+    short = [_rollout(env, "\\boxed{14}", "14", generated=3), _rollout(env, "\\boxed{2}", "14", generated=3)]
+    assert await env.score(short) is None  # both rollouts are under min_completion_tokens
+    assert await env.score([_rollout(env, "\\boxed{14}", "not a number at all")]) is None
+
+
+def test_process_with_a_local_dataset(tmp_path, tiny_model_dir):
+    with launch_scripted_server(respond=gsm8k_responder(), tokenizer=tiny_model_dir) as server:
+        result = run_env(
+            ENVIRONMENTS / "gsm8k_server.py",
+            [
+                "process",
+                "--env.dataset_path", GSM8K_SAMPLE,
+                "--env.tokenizer_name", tiny_model_dir,
+                "--openai.base_url", server.base_url,
+                "--openai.model_name", "scripted-model",
+                "--openai.server_type", "vllm",
+                "--env.group_size", "4",
+                "--env.total_steps", "3",
+                "--env.use_wandb", "false",
+            ],
+            cwd=tmp_path,
+        )  # fmt: skip
+        requests = server.requests
+    assert result.returncode == 0, result.stderr[-3000:]
+    # The bare APIServerConfig of config_init is used as given: every request reached the scripted server.
+    assert requests and {r["path"] for r in requests} == {"/generate"}
+    out = tmp_path / "data" / "gsm8k.jsonl"  # process mode default: data/{name}.jsonl
+    groups = read_jsonl(out)
+    assert len(groups) == 3
+    questions = {r["question"] for r in ROWS}
+    for group in groups:
+        assert sorted(group["scores"]) == [-1.0, -1.0, 1.0, 1.0]
+        assert len(group["inference_logprobs"]) == 4
+        # include_messages (a process default) fills messages from the decoded tokens
+        texts = [m[0]["content"] for m in group["messages"]]
+        assert all("\\boxed{" in t for t in texts)
+        assert any(q in texts[0] for q in questions)
+    html = out.with_suffix(".html").read_text()
+    assert html.count("Group ") >= 3 and "boxed" in html
+
+
+def test_evaluate_writes_metrics_and_samples(tmp_path, tiny_model_dir):
+    evals = tmp_path / "evals"
+    with launch_scripted_server(respond=gsm8k_responder(), tokenizer=tiny_model_dir) as server:
+        with pytest.raises(SystemExit) as exited:
+            run_cli(
+                GSM8kEnv,
+                [
+                    "evaluate",
+                    "--env.dataset_path", str(GSM8K_SAMPLE),
+                    "--env.eval_limit", "4",
+                    "--env.tokenizer_name", str(tiny_model_dir),
+                    "--env.use_wandb", "false",
+                    "--env.data_dir_to_save_evals", str(evals),
+                    "--openai.base_url", server.base_url,
+                    "--openai.model_name", "scripted-model",
+                    "--openai.server_type", "vllm",
+                ],
+            )  # fmt: skip
+    assert exited.value.code == 0
+    metrics = json.loads((evals / "metrics.json").read_text())
+    assert metrics["results"]["all"] == {"eval/percent_correct": 1.0}
+    assert metrics["config_general"]["generation_parameters"]["temperature"] == 0.6
+    samples = read_jsonl(evals / "samples.jsonl")
+    assert len(samples) == 4 and all(s["score"] == 1 for s in samples)
+    assert (evals / "evaluate_config.yaml").exists()
