@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(g, "max_model_len", type=int)
     _add(g, "dtype", choices=["bfloat16", "float16", "float32", "auto"])
     _add(g, "refresh_mode", choices=["restart", "reload"])
+    _add(g, "vllm_enforce_eager", action="store_true")
+    _add(g, "vllm_startup_timeout", type=float)
     _add(g, "vllm_config_path")
     _add(g, "use_vllm", "--no-vllm", action="store_false", help="do not start or refresh vLLM (train only)")
 

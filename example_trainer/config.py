@@ -102,6 +102,8 @@ class TrainingConfig(BaseModel):
     dtype: Literal["bfloat16", "float16", "float32", "auto"] = Field(
         "bfloat16", description="vLLM dtype (float32 is used on CPU)"
     )
+    vllm_enforce_eager: bool = Field(False, description="start vLLM with --enforce-eager (faster start)")
+    vllm_startup_timeout: float = Field(600.0, gt=0, description="seconds to wait for vLLM's /health")
 
     # --- wandb -------------------------------------------------------------------------------
     use_wandb: bool = False

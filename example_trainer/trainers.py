@@ -51,8 +51,9 @@ from example_trainer.training import create_optimizer, run_training_step
 logger = logging.getLogger(__name__)
 
 #: ``eval_hook(step, model_dir)`` → metrics such as ``{"accuracy": 0.4}``, logged as ``eval/<name>``.
-#: Called before the first step (``model_dir`` None: the initial model) and after every inference refresh
-#: (vLLM then serves the weights of ``model_dir``); ``accuracy`` is drawn in the end-of-run plot.
+#: Called before the first step of a fresh run (``model_dir`` None: the initial model), after every
+#: inference refresh (vLLM then serves the weights of ``model_dir``) and after the final step;
+#: ``accuracy`` is drawn in the end-of-run plot.
 EvalHook = Callable[[int, Path | None], Mapping[str, float] | None]
 
 SHARED_VLLM_UNAVAILABLE = (
@@ -76,31 +77,58 @@ class TrainingResult:
 
 
 class InferenceSync:
-    """Keeps the vLLM server in step with training, through ``example_trainer.vllm_manager``."""
+    """Keeps the vLLM server in step with training, through ``example_trainer.vllm_manager``.
+
+    The manager owns the server process (its log, health wait, one automatic restart after a crash).
+    In ``lora_only`` mode an inference server that is already running on ``--vllm-port`` (the
+    original's set-up: started by the user with ``--enable-lora``) is used as it is: adapters are
+    hot-swapped into it and it is left running at the end.
+    """
 
     def __init__(self, config: TrainingConfig) -> None:
         self.config = config
         self.manager: Any = None
+        self.external_url: str | None = None
         self.active = config.use_vllm
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.config.vllm_port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible base URL (``.../v1``) of the server."""
+        return self.manager.base_url if self.manager is not None else f"{self.root_url}/v1"
 
     def start(self, model_path: str, adapter_dir: Path | None = None) -> None:
         if not self.active:
+            return
+        if self.config.weight_bridge_mode == "lora_only" and _healthy(self.root_url):
+            logger.info("using the inference server already running at %s", self.root_url)
+            self.external_url = self.root_url
+            if adapter_dir is not None:
+                _hot_swap(self.external_url, adapter_dir, adapter_dir.name)
             return
         from example_trainer.vllm_manager import VllmManager
 
         self.manager = VllmManager(self.config)
         self.manager.start(model_path)
         if adapter_dir is not None:
-            self.manager.load_lora(str(adapter_dir), adapter_dir.name)
+            self.manager.load_lora(str(adapter_dir), "training_adapter")
+
+    def check(self) -> None:
+        """Raise if the managed server died and could not be restarted (VllmDiedError)."""
+        if self.manager is not None:
+            self.manager.ensure_running()
 
     def refresh(self, checkpoint_dir: Path, step: int) -> float:
-        """Make vLLM serve ``checkpoint_dir``; returns the seconds it took."""
-        if not self.active or self.manager is None:
-            return 0.0
-        if self.config.weight_bridge_mode == "lora_only":
+        """Make the server serve ``checkpoint_dir`` (weights or adapter); returns the seconds it took."""
+        if self.external_url is not None:
             start = time.perf_counter()
-            self.manager.load_lora(str(checkpoint_dir), checkpoint_dir.name)
+            _hot_swap(self.external_url, checkpoint_dir, f"step_{step}")
             return time.perf_counter() - start
+        if self.manager is None:
+            return 0.0
         return float(self.manager.refresh(str(checkpoint_dir), step))
 
     def stop(self) -> None:
@@ -109,6 +137,33 @@ class InferenceSync:
                 self.manager.stop()
             finally:
                 self.manager = None
+
+
+def _healthy(root_url: str) -> bool:
+    import requests
+
+    try:
+        return requests.get(f"{root_url}/health", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def _hot_swap(root_url: str, adapter_dir: Path, name: str) -> None:
+    """Load ``adapter_dir`` into an external server: vLLM's ``/v1/load_lora_adapter``, else ``/lora/load``."""
+    import requests
+
+    path = str(Path(adapter_dir).resolve())
+    resp = requests.post(
+        f"{root_url}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path}, timeout=60
+    )
+    if resp.status_code != 200:
+        resp = requests.post(
+            f"{root_url}/lora/load", json={"adapter_path": path, "adapter_name": name}, timeout=60
+        )
+    if resp.status_code != 200:
+        raise RuntimeError(
+            f"inference server at {root_url} refused adapter {path}: HTTP {resp.status_code} {resp.text[:300]}"
+        )
 
 
 def seed_everything(seed: int) -> None:
@@ -238,6 +293,7 @@ def train(
                 if batch_id is not None:
                     client.ack(batch_id)
                 continue
+            inference.check()
             prepared = prepare_batch(fresh, config.batch_size)
             metrics = run_training_step(model, optimizer, prepared, config, step, ref_model)
             step += 1
@@ -272,7 +328,7 @@ def train(
                 reward=f"{metrics['reward_mean']:.3f}",
                 tok_s=f"{metrics['tokens_per_s']:.0f}",
             )
-            if refresh_due and saved is not None:
+            if saved is not None and (refresh_due or final):
                 run_eval(step, saved)
             if final:
                 result.final_checkpoint = saved
