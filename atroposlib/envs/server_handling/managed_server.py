@@ -213,18 +213,24 @@ class ManagedServer:
         return list(extending_node.tokens) + new_tokens
 
     def _decode(self, tokens: list[int], skip_special_tokens: bool) -> tuple[str, str]:
-        """``(text, tail_text)``: the decoded completion and the text of trailing special tokens it dropped."""
+        """``(text, tail_text)``: the decoded completion without its trailing special tokens (the
+        end-of-turn token), and the text of those trailing tokens."""
         if self.tokenizer is None:
             return "".join(chr(t) for t in tokens if t > 31), ""
-        text = self.tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
-        tail = ""
         if skip_special_tokens:
-            special = set(getattr(self.tokenizer, "all_special_ids", []) or [])
-            end = len(tokens)
-            while end > 0 and tokens[end - 1] in special:
-                end -= 1
-            if end < len(tokens):
-                tail = self.tokenizer.decode(tokens[end:], skip_special_tokens=False)
+            special = set(getattr(self.tokenizer, "all_special_ids", None) or [])
+        else:
+            # Special tokens stay in the text (tool-call tags may be special); only end-of-text goes.
+            special = {
+                getattr(self.tokenizer, "eos_token_id", None),
+                getattr(self.tokenizer, "pad_token_id", None),
+            }
+            special.discard(None)
+        end = len(tokens)
+        while end > 0 and tokens[end - 1] in special:
+            end -= 1
+        text = self.tokenizer.decode(tokens[:end], skip_special_tokens=skip_special_tokens)
+        tail = self.tokenizer.decode(tokens[end:], skip_special_tokens=False) if end < len(tokens) else ""
         return text, tail
 
     def _create_sequence_node(
