@@ -438,7 +438,15 @@ def main(argv: Optional[list[str]] = None) -> None:
         with open(args.config, encoding="utf-8") as handle:
             config = ProxyConfig.model_validate(json.load(handle))
         configs = config.server_configs()
-    except (OSError, json.JSONDecodeError, ValidationError, ValueError) as exc:
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        print(
+            f"managed_server_proxy: error: --config {args.config}: {where}: {first.get('msg')}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    except (OSError, json.JSONDecodeError, ValueError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"managed_server_proxy: error: --config {args.config}: {message}", file=sys.stderr)
         raise SystemExit(2)
