@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -11,9 +12,17 @@ from starlette.types import Send
 JSON = "application/json"
 
 
+def dumps(content: Any) -> bytes:
+    """Compact JSON; falls back to the stdlib for what orjson refuses (integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(content)
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+
+
 def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
-    """A compact JSON response serialised with orjson (no ASCII escaping, like Starlette's)."""
-    return Response(orjson.dumps(content), status_code=status_code, media_type=JSON, headers=headers)
+    """A compact JSON response (no ASCII escaping, like Starlette's)."""
+    return Response(dumps(content), status_code=status_code, media_type=JSON, headers=headers)
 
 
 def raw_json_response(body: bytes, status_code: int = 200) -> Response:
@@ -29,7 +38,7 @@ async def send_json(
     extra_headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     """Send a complete JSON response from ASGI middleware."""
-    await send_raw(send, status, orjson.dumps(content), JSON.encode(), extra_headers=extra_headers)
+    await send_raw(send, status, dumps(content), JSON.encode(), extra_headers=extra_headers)
 
 
 async def send_raw(

@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -52,7 +53,9 @@ from atroposlib.api.validation import (
     check_groups,
     decode_group,
     decode_group_list,
+    decode_model,
     encode_group,
+    small_input,
 )
 
 logger = logging.getLogger("atroposlib.api")
@@ -68,20 +71,15 @@ JSON_BODY_PATHS = (
     "/batch/ack",
 )
 _NULL_BATCH = b'{"batch":null}'
-_SCORED_DATA_SCHEMA = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": ScoredData.model_json_schema()}},
-    }
-}
-_SCORED_DATA_LIST_SCHEMA = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {"schema": {"type": "array", "items": ScoredData.model_json_schema()}}
-        },
-    }
-}
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    """OpenAPI request body for routes that read and validate their JSON body themselves."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+_SCORED_DATA_SCHEMA = _body(ScoredData.model_json_schema())
+_SCORED_DATA_LIST_SCHEMA = _body({"type": "array", "items": ScoredData.model_json_schema()})
 
 
 def open_store(config: ApiConfig) -> Store:
@@ -166,6 +164,15 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
         reject(exc.errors[0]["type"] if exc.errors else "invalid")
         return json_response({"detail": exc.errors}, status_code=422)
 
+    @app.exception_handler(RequestValidationError)
+    async def _request_invalid(request: Request, exc: RequestValidationError) -> Response:
+        # FastAPI's own handler crashes on undecodable inputs; report them safely instead.
+        reject("invalid_request")
+        errors = [
+            {**err, "input": small_input(err.get("input"))} if "input" in err else err for err in exc.errors()
+        ]
+        return json_response({"detail": errors}, status_code=422)
+
     @app.exception_handler(QueueFull)
     async def _full(request: Request, exc: QueueFull) -> Response:
         reject("queue_full")
@@ -206,8 +213,9 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
     async def root() -> Response:
         return json_response({"message": "AtroposLib API"})
 
-    @app.post("/register")
-    async def register(registration: Registration, request: Request) -> Response:
+    @app.post("/register", openapi_extra=_body(Registration.model_json_schema()))
+    async def register(request: Request) -> Response:
+        registration = decode_model(Registration, await request.body())
         state = state_of(request)
         was_registered = state.meta.registered
         requester = state.register(registration)
@@ -225,8 +233,9 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
         # A 128-bit int: the stdlib encoder (orjson stops at 64 bits).
         return JSONResponse({"uuid": requester})
 
-    @app.post("/register-env")
-    async def register_env(register_env: RegisterEnv, request: Request) -> Response:
+    @app.post("/register-env", openapi_extra=_body(RegisterEnv.model_json_schema()))
+    async def register_env(request: Request) -> Response:
+        register_env = decode_model(RegisterEnv, await request.body())
         result = state_of(request).register_env(register_env)
         if result["status"] == "success":
             event(
@@ -241,8 +250,9 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
             )
         return json_response(result)
 
-    @app.post("/disconnect-env")
-    async def disconnect_env(disconnect_env: EnvIdentifier, request: Request) -> Response:
+    @app.post("/disconnect-env", openapi_extra=_body(EnvIdentifier.model_json_schema()))
+    async def disconnect_env(request: Request) -> Response:
+        disconnect_env = decode_model(EnvIdentifier, await request.body())
         result = state_of(request).disconnect_env(disconnect_env.env_id)
         event(logger, logging.INFO, "env disconnect", env_id=disconnect_env.env_id, result=result["status"])
         return json_response(result)
@@ -312,9 +322,10 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
     async def status(request: Request) -> Response:
         return json_response(state_of(request).status())
 
-    @app.get("/status-env")
-    async def status_env(env: EnvIdentifier, request: Request) -> Response:
+    @app.get("/status-env", openapi_extra=_body(EnvIdentifier.model_json_schema()))
+    async def status_env(request: Request) -> Response:
         """Per-env backlog and weight; the env id comes in a JSON body even though this is a GET."""
+        env = decode_model(EnvIdentifier, await request.body())
         if env.env_id < 0:
             raise InvalidRequest(
                 [
@@ -340,9 +351,10 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
 
     # ------------------------------------------------------------------ additions
 
-    @app.post("/batch/ack")
-    async def batch_ack(ack: BatchAck, request: Request) -> Response:
+    @app.post("/batch/ack", openapi_extra=_body(BatchAck.model_json_schema()))
+    async def batch_ack(request: Request) -> Response:
         """Acknowledge a served batch: it will never be replayed."""
+        ack = decode_model(BatchAck, await request.body())
         state_of(request).acknowledge(ack.batch_id)
         return json_response({"status": "acknowledged"})
 

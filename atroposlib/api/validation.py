@@ -109,7 +109,7 @@ def _pydantic_errors(exc: ValidationError, body: bytes) -> list[dict[str, Any]]:
             return [_json_error(body, err)]
         entry = {"type": err["type"], "loc": ["body", *err["loc"]], "msg": err["msg"]}
         if "input" in err:
-            entry["input"] = _small(err["input"])
+            entry["input"] = small_input(err["input"])
         ctx = err.get("ctx")
         if ctx:
             entry["ctx"] = {k: (str(v) if isinstance(v, Exception) else v) for k, v in ctx.items()}
@@ -131,16 +131,18 @@ def _json_error(body: bytes, err: dict[str, Any]) -> dict[str, Any]:
     return error("json_invalid", ["body", 0], "JSON decode error", input={}, ctx={"error": err["msg"]})
 
 
-def _small(value: Any) -> Any:
+def small_input(value: Any) -> Any:
     """Elide large inputs so an error response never echoes a whole batch of tokens."""
+    if isinstance(value, bytes | bytearray):
+        return value[:1000].decode("utf-8", errors="replace")
     if isinstance(value, list | dict) and len(value) > MAX_ERROR_INPUT_ITEMS:
         return f"<{type(value).__name__} of {len(value)} items>"
     if isinstance(value, str) and len(value) > 1000:
         return value[:1000] + "..."
     if isinstance(value, list):
-        return [_small(v) for v in value]
+        return [small_input(v) for v in value]
     if isinstance(value, dict):
-        return {k: _small(v) for k, v in value.items()}
+        return {k: small_input(v) for k, v in value.items()}
     return value
 
 
