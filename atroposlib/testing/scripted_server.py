@@ -272,8 +272,9 @@ class ScriptedBackend:
 
     # -- request handlers (pure: body -> answer dict) ----------------------------------------------
     def _n(self, body: dict) -> int:
-        n = body.get("n") or 1
-        if not isinstance(n, int) or n < 1:
+        n = body.get("n")
+        n = 1 if n is None else n
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise BadRequest(f"n must be a positive integer, got {n!r}")
         return 1 if self.ignore_n else n
 
