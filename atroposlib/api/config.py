@@ -93,7 +93,7 @@ class ApiConfig(BaseModel):
     @field_validator("data_dir", mode="before")
     @classmethod
     def _expand_user(cls, value: object) -> object:
-        return Path(value).expanduser() if isinstance(value, str | Path) else value
+        return str(Path(value).expanduser()) if isinstance(value, str | Path) else value
 
     def bind_problem(self) -> str | None:
         """Why this configuration must not start, or ``None``.

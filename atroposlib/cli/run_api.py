@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     if config.reload:
         # The reloading supervisor imports the app in a fresh process: hand the config over.
         os.environ[CONFIG_ENV] = config.to_env_json()
-        uvicorn.run("atroposlib.api.server:app", reload=True, **common)
+        package_dir = Path(__file__).resolve().parents[1]
+        uvicorn.run("atroposlib.api.server:app", reload=True, reload_dirs=[str(package_dir)], **common)
         return
 
     from atroposlib.api.server import create_app, open_store

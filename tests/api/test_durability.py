@@ -33,17 +33,22 @@ def test_state_survives_kill9(tmp_path):
     data_dir = tmp_path / "data"
     with launch_api(data_dir=data_dir) as api:
         url = api.url
-        uuid = register(url, batch_size=8, max_token_len=64, starting_step=5, checkpoint_dir="ck").json()["uuid"]
+        uuid = register(url, batch_size=8, max_token_len=64, starting_step=5, checkpoint_dir="ck").json()[
+            "uuid"
+        ]
         assert isinstance(uuid, int)
         get(url, "/batch")  # start: lets envs register
-        env_id = requests.post(f"{url}/register-env", json=env_registration(group_size=4), timeout=TIMEOUT).json()[
-            "env_id"
-        ]
+        env_id = requests.post(
+            f"{url}/register-env", json=env_registration(group_size=4), timeout=TIMEOUT
+        ).json()["env_id"]
         for i in range(6):  # six full groups of 4 -> three batches when drained
             assert post_group(url, group(4, start=100 * i, env_id=env_id)).json() == {"status": "received"}
         first = get(url, "/batch").json()  # forms 3 batches (step 5 -> 8), serves the newest
         assert marker(first["batch"]) == [400, 500]
-        assert post_group(url, group(2, start=900, env_id=env_id)).json() == {"status": "buffered", "buffer_size": 2}
+        assert post_group(url, group(2, start=900, env_id=env_id)).json() == {
+            "status": "buffered",
+            "buffer_size": 2,
+        }
         assert post_group(url, group(4, start=1000)).json() == {"status": "received"}  # no env
         before = {
             path: get(url, path).json()
@@ -63,7 +68,10 @@ def test_state_survives_kill9(tmp_path):
         assert marker(get(url, "/batch").json()["batch"]) == [0, 100]
         assert get(url, "/status").json()["current_step"] == 8
         # the buffer survived: 2 more sequences complete the env's group of 4
-        assert post_group(url, group(2, start=950, env_id=env_id)).json() == {"status": "buffered", "buffer_size": 0}
+        assert post_group(url, group(2, start=950, env_id=env_id)).json() == {
+            "status": "buffered",
+            "buffer_size": 0,
+        }
         # registration survived (no re-init), the trainer is still "started" so envs can register
         assert register(url, batch_size=64).json()["uuid"] != uuid
         assert get(url, "/info").json()["batch_size"] == 8
@@ -126,10 +134,13 @@ def test_ack_and_replay_survive_kill9(tmp_path):
             post_group(url, group(1, start=i))
         a = get(url, "/batch").json()
         b = get(url, "/batch").json()
-        assert requests.post(f"{url}/batch/ack", json={"batch_id": a["batch_id"]}, timeout=TIMEOUT).json() == {
-            "status": "acknowledged"
-        }
-        assert requests.post(f"{url}/batch/ack", json={"batch_id": a["batch_id"]}, timeout=TIMEOUT).status_code == 404
+        assert requests.post(
+            f"{url}/batch/ack", json={"batch_id": a["batch_id"]}, timeout=TIMEOUT
+        ).json() == {"status": "acknowledged"}
+        assert (
+            requests.post(f"{url}/batch/ack", json={"batch_id": a["batch_id"]}, timeout=TIMEOUT).status_code
+            == 404
+        )
         api.kill9()
     with launch_api(data_dir=data_dir) as api:
         url = api.url
@@ -189,7 +200,15 @@ def test_memory_store_forgets_on_restart(tmp_path):
 
 def test_second_server_on_the_same_data_dir_refuses(tmp_path):
     with launch_api(data_dir=tmp_path / "d"):
-        cmd = [sys.executable, "-m", "atroposlib.cli.run_api", "--port", str(free_port()), "--data-dir", str(tmp_path / "d")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "atroposlib.cli.run_api",
+            "--port",
+            str(free_port()),
+            "--data-dir",
+            str(tmp_path / "d"),
+        ]
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()

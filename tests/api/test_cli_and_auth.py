@@ -1,0 +1,258 @@
+"""``run-api`` command line, configuration file, bind safety, and bearer-key authentication."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from atroposlib.api.config import ApiConfig, is_loopback
+from atroposlib.testing.api_process import free_port, launch_api
+from tests.api.helpers import TIMEOUT, get, group, post_group, register
+
+RUN_API = [sys.executable, "-m", "atroposlib.cli.run_api"]
+
+
+def run_cli(args, env=None, timeout=60):
+    merged = {k: v for k, v in os.environ.items() if k != "ATROPOS_API_KEY"}
+    merged.update(env or {})
+    return subprocess.run([*RUN_API, *args], capture_output=True, text=True, timeout=timeout, env=merged)
+
+
+def wait_ready(url, headers=None, proc=None, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"server exited with {proc.returncode}: {proc.stderr.read()}")
+        try:
+            if requests.get(f"{url}/info", headers=headers, timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("server did not become ready")
+
+
+def stop(proc):
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--port", "abc"], "invalid int value"),
+        (["--no-such-flag"], "unrecognized arguments"),
+        (["--store", "disk"], "invalid choice"),
+        (["--max-body-bytes", "0"], "max-body-bytes"),
+        (["--port", "70000"], "port"),
+        (["--host", "0.0.0.0"], "without an API key"),
+        (["--host", "::"], "without an API key"),
+        (["--config", "/nonexistent/api.yaml"], "cannot read --config"),
+    ],
+)
+def test_bad_command_lines_fail_with_one_line_and_status_2(args, needle, tmp_path):
+    result = run_cli([*args, "--data-dir", str(tmp_path)])
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("run-api: error:") and needle in lines[0]
+
+
+def test_bad_config_file(tmp_path):
+    config = tmp_path / "api.yaml"
+    config.write_text("max_queue_sequences: lots\n")
+    result = run_cli(["--config", str(config)])
+    assert result.returncode == 2 and "max-queue-sequences" in result.stderr
+    config.write_text("unknown_field: 1\n")
+    result = run_cli(["--config", str(config)])
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unusable_data_dir_exits_1(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run_cli(["--port", str(free_port()), "--data-dir", str(blocker / "sub")])
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and "data dir" in result.stderr
+
+
+def test_original_launch_line_localhost(tmp_path):
+    """``python -m atroposlib.cli.run_api --host localhost --port N`` (how the original's tests start it)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*RUN_API, "--host", "localhost", "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_ready(f"http://localhost:{port}", proc=proc)
+        assert get(f"http://localhost:{port}", "/status").json() == {"current_step": 0, "queue_size": 0}
+    finally:
+        stop(proc)
+    assert (tmp_path / "atropos_data" / "trajectory_api.sqlite3").exists()  # the default data dir
+
+
+def test_config_file_and_flag_precedence(tmp_path):
+    config = tmp_path / "api.yaml"
+    config.write_text("max_queue_sequences: 4\nretry_after_seconds: 7\nstore: memory\n")
+    with launch_api(["--config", str(config), "--max-queue-sequences", "2"], data_dir=tmp_path / "d") as api:
+        register(api.url, batch_size=2)
+        assert post_group(api.url, group(2)).status_code == 200
+        full = post_group(api.url, group(2, start=9))
+        assert full.status_code == 503 and full.headers["Retry-After"] == "7"
+        assert get(api.url, "/health").json()["store"] == "memory"
+
+
+def test_non_loopback_bind_with_allow_unauthenticated(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *RUN_API,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--allow-unauthenticated",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", proc=proc)
+    finally:
+        stop(proc)
+
+
+def test_non_loopback_bind_with_key_from_environment(tmp_path):
+    port = free_port()
+    env = dict(os.environ, ATROPOS_API_KEY="s3cret")
+    proc = subprocess.Popen(
+        [*RUN_API, "--host", "0.0.0.0", "--port", str(port), "--data-dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, headers={"Authorization": "Bearer s3cret"}, proc=proc)
+        assert requests.get(f"{url}/info", timeout=TIMEOUT).status_code == 401
+    finally:
+        stop(proc)
+
+
+def test_is_loopback():
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("::") and not is_loopback("10.1.2.3")
+    assert ApiConfig(host="0.0.0.0").bind_problem()
+    assert ApiConfig(host="0.0.0.0", api_key="k").bind_problem() is None
+    assert ApiConfig(host="0.0.0.0", allow_unauthenticated=True).bind_problem() is None
+    assert ApiConfig(api_key="").api_key is None
+
+
+# ------------------------------------------------------------------ authentication
+
+ENDPOINTS = [
+    ("GET", "/", None),
+    ("GET", "/info", None),
+    ("GET", "/status", None),
+    ("GET", "/wandb_info", None),
+    ("GET", "/batch", None),
+    ("GET", "/latest_example", None),
+    ("GET", "/reset_data", None),
+    ("GET", "/health", None),
+    ("GET", "/metrics", None),
+    ("GET", "/inspect/recent", None),
+    ("GET", "/inspect/envs", None),
+    ("GET", "/status-env", {"env_id": 0}),
+    ("POST", "/register", {}),
+    ("POST", "/register-env", {}),
+    ("POST", "/disconnect-env", {"env_id": 0}),
+    ("POST", "/scored_data", {}),
+    ("POST", "/scored_data_list", []),
+    ("POST", "/batch/ack", {"batch_id": 1}),
+    ("POST", "/batch/replay", None),
+]
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    with launch_api(data_dir=tmp_path_factory.mktemp("auth"), api_key="correct-horse") as api:
+        yield api
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ENDPOINTS, ids=[f"{m} {p}" for m, p, _ in ENDPOINTS])
+def test_every_endpoint_needs_the_key(secured, method, path, body):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic correct-horse"}):
+        response = requests.request(
+            method, f"{secured.url}{path}", json=body, headers=headers, timeout=TIMEOUT
+        )
+        assert response.status_code == 401, (path, headers)
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+    response = requests.request(
+        method, f"{secured.url}{path}", json=body, headers=secured.headers(), timeout=TIMEOUT
+    )
+    assert response.status_code != 401
+
+
+def test_authenticated_flow_and_unauthenticated_changes_nothing(secured):
+    url, headers = secured.url, secured.headers()
+    requests.get(f"{url}/reset_data", headers=headers, timeout=TIMEOUT)
+    assert register(url, headers=headers, batch_size=1).status_code == 200
+    assert post_group(url, group(1), headers=headers).json() == {"status": "received"}
+    assert post_group(url, group(1, start=5)).status_code == 401
+    assert requests.get(f"{url}/reset_data", timeout=TIMEOUT).status_code == 401
+    assert requests.get(f"{url}/status", headers=headers, timeout=TIMEOUT).json()["queue_size"] == 1
+    batch = requests.get(f"{url}/batch", headers=headers, timeout=TIMEOUT).json()["batch"]
+    assert batch[0]["tokens"] == [[0, 1, 2]]
+
+
+def test_cors_preflight_passes_without_the_key(secured):
+    response = requests.options(
+        f"{secured.url}/scored_data",
+        headers={"Origin": "http://ui.example", "Access-Control-Request-Method": "POST"},
+        timeout=TIMEOUT,
+    )
+    assert response.status_code == 200
+
+
+def test_reload_mode_serves(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen(
+        [*RUN_API, "--reload", "--port", str(port), "--data-dir", str(tmp_path), "--store", "memory"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", proc=proc)
+        assert get(f"http://127.0.0.1:{port}", "/health").json()["store"] == "memory"
+    finally:
+        # The reloader runs the server in a child process: stop the whole session.
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
