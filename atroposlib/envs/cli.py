@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -83,8 +85,23 @@ _BUILDERS = {
 }
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps help text at spaces only, so defaults such as model names and URLs stay intact."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=40, width=min(120, shutil.get_terminal_size().columns))
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        text = " ".join(text.split())
+        return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False) or [""]
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse parser whose usage errors are a single line on stderr (exit status 2)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
