@@ -41,6 +41,7 @@ from starlette.middleware import Middleware
 
 from example_trainer.weight_refresh import (
     PAUSE_MODES,
+    WORKER_EXTENSION,
     CheckpointError,
     check_compatible,
     reload_weights_in_place,
@@ -471,6 +472,13 @@ def build_atropos_router() -> APIRouter:
             raise ApiError(400, str(exc)) from exc
         engine = _engine(request)
         state = _bridge(request)
+        extension = getattr(engine.vllm_config.parallel_config, "worker_extension_cls", "")
+        if extension != WORKER_EXTENSION:
+            raise ApiError(
+                501,
+                f"in-place weight updates need --worker-extension-cls {WORKER_EXTENSION} "
+                f"(this server runs {extension or 'none'}); restart the server on the checkpoint instead",
+            )
         try:
             check_compatible(checkpoint, _served_config(engine), _served_model_dir(engine))
         except CheckpointError as exc:
@@ -807,6 +815,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(normalize_argv(list(sys.argv[1:] if argv is None else argv)))
     if args.model_tag is not None:
         args.model = args.model_tag
+    if not args.worker_extension_cls:
+        args.worker_extension_cls = WORKER_EXTENSION
     configure_logging_from_args(args)
     validate_parsed_serve_args(args)
     uvloop.run(run_server(args))

@@ -2,8 +2,8 @@
 
 Server side (used by ``example_trainer.vllm_api_server``'s ``POST /bridge/update_weights``):
 pause the scheduler, have every worker reload its weights in place from the checkpoint
-(vLLM's ``reload_weights`` worker method via ``collective_rpc``), drop the prefix cache that was
-computed with the old weights, resume. The engine, its KV cache, compiled graphs and the HTTP
+(:mod:`example_trainer.weight_refresh_worker`, called through ``collective_rpc``), drop the
+prefix cache that was computed with the old weights, resume. The engine, its KV cache, compiled graphs and the HTTP
 server stay up, so this takes a fraction of a second on a small model instead of a full restart.
 
 Client side: :func:`request_weight_update` posts to that route and returns the seconds it took.
@@ -25,6 +25,8 @@ from typing import Any
 
 import requests
 
+#: The vLLM worker extension that provides the in-place reload (see weight_refresh_worker).
+WORKER_EXTENSION = "example_trainer.weight_refresh_worker.WeightRefreshExtension"
 #: How in-flight requests are handled while weights change (vLLM's pause modes):
 #: ``wait`` lets them finish on the old weights first, ``keep`` freezes them and continues them
 #: on the new weights, ``abort`` cancels them.
@@ -54,6 +56,10 @@ class CheckpointError(ValueError):
 
 class WeightUpdateError(RuntimeError):
     """The server did not apply a weight update (message says why)."""
+
+
+class WeightUpdateUnsupported(WeightUpdateError):
+    """The server cannot update in place (no such route, e.g. plain vLLM; or answers 501)."""
 
 
 def weight_files(checkpoint_dir: Path) -> list[Path]:
@@ -156,7 +162,7 @@ def check_compatible(
 async def reload_weights_in_place(engine: Any, checkpoint_dir: Path, *, pause_mode: str = "wait") -> float:
     """Reload ``engine``'s weights from ``checkpoint_dir`` while it keeps running.
 
-    ``engine`` is a vLLM ``AsyncLLM``. Generation is paused (``pause_mode``, see
+    ``engine`` is a vLLM ``AsyncLLM`` whose workers carry :data:`WORKER_EXTENSION`. Generation is paused (``pause_mode``, see
     :data:`PAUSE_MODES`) for the duration and always resumed, also on failure.
 
     Returns:
@@ -172,7 +178,7 @@ async def reload_weights_in_place(engine: Any, checkpoint_dir: Path, *, pause_mo
     try:
         try:
             await engine.collective_rpc(
-                "reload_weights", kwargs={"weights_path": str(checkpoint_dir), "is_checkpoint_format": True}
+                "atropos_reload_weights", kwargs={"weights_path": str(checkpoint_dir)}
             )
         except Exception as exc:  # noqa: BLE001 - worker errors arrive as generic exceptions
             raise CheckpointError(f"could not load weights from {checkpoint_dir}: {exc}") from exc
@@ -210,9 +216,21 @@ def request_weight_update(
         timeout=timeout,
     )
     elapsed = time.perf_counter() - start
+    if resp.status_code in (404, 405) and _is_missing_route(resp):
+        raise WeightUpdateUnsupported(f"{root_url} has no /bridge/update_weights route")
+    if resp.status_code == 501:
+        raise WeightUpdateUnsupported(f"{root_url} cannot update weights in place: {_error_text(resp)}")
     if resp.status_code != 200:
         raise WeightUpdateError(f"weight update failed with HTTP {resp.status_code}: {_error_text(resp)}")
     return elapsed
+
+
+def _is_missing_route(resp: requests.Response) -> bool:
+    """FastAPI's own 404/405 body, as opposed to the route's error about the checkpoint."""
+    try:
+        return resp.json() in ({"detail": "Not Found"}, {"detail": "Method Not Allowed"})
+    except ValueError:
+        return False
 
 
 def _error_text(resp: requests.Response) -> str:
