@@ -1,0 +1,103 @@
+"""``/health``, ``/metrics`` and the read-only inspection endpoints."""
+
+from __future__ import annotations
+
+import requests
+
+from tests.api.helpers import TIMEOUT, env_registration, get, group, post_group, register
+
+
+def test_health(url):
+    health = get(url, "/health").json()
+    assert health["status"] == "ok" and health["store"] == "sqlite" and health["registered"] is False
+    register(url, batch_size=4)
+    post_group(url, group(2))
+    health = get(url, "/health").json()
+    assert (health["registered"], health["queue_groups"], health["queue_sequences"]) == (True, 1, 2)
+
+
+def test_metrics_expose_queue_counters_latency_and_per_env_scores(url):
+    register(url, batch_size=4)
+    get(url, "/batch")
+    env_id = requests.post(
+        f"{url}/register-env", json=env_registration(group_size=2), timeout=TIMEOUT
+    ).json()["env_id"]
+    post_group(url, group(2, scores=[1.0, 0.0], env_id=env_id))
+    post_group(url, group(2, start=10, scores=[1.0, 1.0], env_id=env_id))
+    post_group(url, group(2, start=20))
+    before = get(url, "/metrics")
+    assert before.headers["content-type"].startswith("text/plain")
+    text = before.text
+    assert "atropos_queue_groups 3.0" in text
+    assert "atropos_queue_sequences 6.0" in text
+    assert f'atropos_env_mean_score{{env_id="{env_id}",env_name="test_env_0"}} 0.75' in text
+    assert f'atropos_env_groups_received_total{{env_id="{env_id}",env_name="test_env_0"}} 2.0' in text
+    assert get(url, "/batch").json()["batch"] is not None
+    text = get(url, "/metrics").text
+    assert "atropos_batch_latency_seconds_count" in text
+    assert "atropos_batches_served_total" in text and "atropos_groups_received_total" in text
+    post_group(url, {"tokens": []})
+    assert 'atropos_requests_rejected_total{reason="missing"}' in get(url, "/metrics").text
+
+
+def test_inspect_recent_is_read_only_newest_first_and_filterable(url):
+    register(url, batch_size=4)
+    get(url, "/batch")
+    env_id = requests.post(
+        f"{url}/register-env", json=env_registration(group_size=2), timeout=TIMEOUT
+    ).json()["env_id"]
+    post_group(url, group(2, start=0))
+    post_group(url, group(2, start=10, env_id=env_id))
+    post_group(url, group(2, start=20))
+    before = (get(url, "/status").json(), get(url, "/health").json())
+    recent = get(url, "/inspect/recent", params={"limit": 2}).json()
+    assert [g["group"]["tokens"][0][0] for g in recent["groups"]] == [20, 10]
+    assert recent["groups"][0]["seq"] > recent["groups"][1]["seq"]
+    assert recent["groups"][1]["env_name"] == "test_env_0" and recent["groups"][0]["env_name"] is None
+    assert recent["current_step"] == 0 and recent["groups"][0]["received_step"] == 0
+    assert isinstance(recent["groups"][0]["received_at"], float)
+    only_env = get(url, "/inspect/recent", params={"env_id": env_id}).json()["groups"]
+    assert [g["group"]["env_id"] for g in only_env] == [env_id]
+    assert (get(url, "/status").json(), get(url, "/health").json()) == before
+    assert get(url, "/batch").json()["batch"] is not None
+    served = get(url, "/inspect/recent").json()["groups"]
+    assert len(served) == 3  # served groups stay visible within the inspection window
+
+
+def test_inspect_envs(url):
+    register(url, batch_size=4)
+    get(url, "/batch")
+    requests.post(
+        f"{url}/register-env",
+        json=env_registration(group_size=2, weight=2.5, min_batch_allocation=0.25, desired_name="math"),
+        timeout=TIMEOUT,
+    )
+    assert get(url, "/inspect/envs").json() == {
+        "envs": [
+            {
+                "env_id": 0,
+                "real_name": "math_0",
+                "desired_name": "math",
+                "group_size": 2,
+                "max_context_len": 2048,
+                "weight": 2.5,
+                "connected": True,
+                "min_batch_allocation": 0.25,
+            }
+        ]
+    }
+
+
+def test_openapi_documents_the_routes(url):
+    spec = get(url, "/openapi.json").json()
+    for path in (
+        "/scored_data",
+        "/scored_data_list",
+        "/batch",
+        "/batch/ack",
+        "/inspect/recent",
+        "/status-env",
+    ):
+        assert path in spec["paths"]
+    body = spec["paths"]["/scored_data"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "tokens" in body["properties"]

@@ -1,0 +1,116 @@
+"""Pure validation functions: decoding, content checks, admission checks, encoding."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from atroposlib.api.schemas import GROUP_FIELDS, ScoredData
+from atroposlib.api.validation import (
+    AdmissionRules,
+    InvalidRequest,
+    admission_problems,
+    check_groups,
+    content_problems,
+    decode_group,
+    decode_group_list,
+    encode_group,
+)
+
+
+def body(**fields):
+    base = {"tokens": [[1, 2], [3, 4]], "masks": [[1, 2], [3, 4]], "scores": [0.0, 1.0]}
+    base.update(fields)
+    return orjson.dumps(base)
+
+
+def kinds(problems):
+    return [p["type"] for p in problems]
+
+
+def test_decode_coerces_like_the_original():
+    group = decode_group(b'{"tokens": [[1.0, "2"]], "masks": [[1, 2]], "scores": [1], "extra": 5}')
+    assert group.tokens == [[1, 2]] and group.scores == [1.0]
+    assert not hasattr(group, "extra")
+
+
+def test_decode_errors_have_fastapi_shape():
+    with pytest.raises(InvalidRequest) as info:
+        decode_group(b'{"tokens": [[1.5]], "masks": [[1]], "scores": [1]}')
+    assert info.value.errors[0]["loc"] == ["body", "tokens", 0, 0]
+    with pytest.raises(InvalidRequest) as info:
+        decode_group(b"{")
+    assert info.value.errors[0]["type"] == "json_invalid" and info.value.errors[0]["loc"][0] == "body"
+    with pytest.raises(InvalidRequest) as info:
+        decode_group(b"")
+    assert info.value.errors == [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}]
+    with pytest.raises(InvalidRequest) as info:
+        decode_group_list(b'[{"tokens": [[1]], "masks": [[1]], "scores": [1]}, {"tokens": 1}]')
+    assert info.value.errors[0]["loc"][:2] == ["body", 1]
+
+
+def test_large_inputs_are_elided_from_errors():
+    with pytest.raises(InvalidRequest) as info:
+        decode_group(orjson.dumps({"tokens": [list(range(5000))], "masks": [[1]]}))
+    assert info.value.errors[0]["type"] == "missing"
+    assert len(orjson.dumps(info.value.errors)) < 2000
+
+
+def test_content_problems():
+    ok = decode_group(body())
+    assert content_problems(ok) == []
+    assert kinds(content_problems(decode_group(body(tokens=[], masks=[], scores=[])))) == ["empty_group"]
+    assert kinds(content_problems(decode_group(body(masks=[[1, 2]])))) == ["length_mismatch"]
+    assert kinds(content_problems(decode_group(body(scores=[1.0])))) == ["length_mismatch"]
+    assert kinds(content_problems(decode_group(body(masks=[[1, 2], [3]])))) == ["length_mismatch"]
+    assert kinds(content_problems(decode_group(body(tokens=[[1, 2], [2**31]], masks=[[1, 2], [1]])))) == [
+        "int32_range"
+    ]
+    assert kinds(content_problems(decode_group(body(env_id=-3)))) == ["greater_than_equal"]
+    distill = decode_group(body(distill_token_ids=[[[1, 2**33]], [[1]]]))
+    assert [p["loc"] for p in content_problems(distill)] == [["distill_token_ids", 0, 0, 1]]
+    nan_messages = ScoredData(
+        tokens=[[1]], masks=[[1]], scores=[1.0], messages=[[{"role": "a", "content": float("nan")}]]
+    )
+    assert kinds(content_problems(nan_messages)) == ["finite_number"]
+
+
+def test_admission_problems():
+    group = decode_group(body(env_id=0))
+    assert admission_problems(group, AdmissionRules()) == [
+        {
+            "type": "unknown_env_id",
+            "loc": ["env_id"],
+            "msg": "unknown env_id 0: 0 environment(s) are registered; register with /register-env first",
+            "input": 0,
+        }
+    ]
+    assert admission_problems(group, AdmissionRules(batch_size=4, env_group_sizes=(2,))) == []
+    assert kinds(admission_problems(group, AdmissionRules(env_group_sizes=(1,)))) == ["unbatchable_group"]
+    assert kinds(admission_problems(group, AdmissionRules(env_group_sizes=(3,)))) == ["unbatchable_group"]
+    assert admission_problems(group, AdmissionRules(env_group_sizes=(4,))) == []  # a partial group: buffered
+    assert kinds(admission_problems(group, AdmissionRules(batch_size=6, env_group_sizes=(2,)))) == []
+    assert kinds(admission_problems(group, AdmissionRules(batch_size=5, env_group_sizes=(2,)))) == [
+        "unbatchable_group"
+    ]
+    plain = decode_group(body())
+    assert kinds(admission_problems(plain, AdmissionRules(env_id_required=True))) == ["env_id_required"]
+    assert kinds(admission_problems(plain, AdmissionRules(max_token_len=1))) == ["sequence_too_long"] * 2
+
+
+def test_check_groups_prefixes_locations():
+    good, bad = decode_group(body()), decode_group(body(scores=[]))
+    check_groups([good], AdmissionRules(), in_list=False)
+    with pytest.raises(InvalidRequest) as info:
+        check_groups([good, bad], AdmissionRules(), in_list=True)
+    assert info.value.errors[0]["loc"] == ["body", 1, "scores"]
+    assert info.value.errors[0]["msg"].startswith("group 1: ")
+
+
+def test_encode_group_is_the_fourteen_key_dict():
+    stored = orjson.loads(encode_group(decode_group(body(images=["x"]))))
+    assert tuple(stored) == GROUP_FIELDS
+    assert stored["images"] == ["x"] and stored["env_id"] is None
+    huge = ScoredData(tokens=[[1]], masks=[[1]], scores=[1.0], generation_params={"seed": 2**80})
+    with pytest.raises(InvalidRequest):
+        encode_group(huge)
