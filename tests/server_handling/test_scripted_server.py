@@ -25,19 +25,34 @@ def test_fixed_responses_cycle_and_are_logged(tiny_model_dir):
 def test_completions_with_token_ids_logprobs_and_prompt_logprobs(tiny_model_dir, tiny_tokenizer):
     with launch_scripted_server(responses=["seven"], tokenizer=str(tiny_model_dir)) as server:
         ids = tiny_tokenizer.encode("count to")
-        body = {"model": "m", "prompt": ids, "logprobs": 0, "return_token_ids": True, "prompt_logprobs": 1, "n": 2}
+        body = {
+            "model": "m",
+            "prompt": ids,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "prompt_logprobs": 1,
+            "n": 2,
+        }
         choices = requests.post(f"{server.base_url}/completions", json=body, timeout=10).json()["choices"]
         expected = tiny_tokenizer.encode("seven") + [tiny_tokenizer.eos_token_id]
         assert [c["index"] for c in choices] == [0, 1]
         assert choices[0]["token_ids"] == expected and choices[0]["prompt_token_ids"] == ids
-        assert choices[0]["logprobs"]["token_logprobs"] == [scripted_logprob(t, j) for j, t in enumerate(expected)]
+        assert choices[0]["logprobs"]["token_logprobs"] == [
+            scripted_logprob(t, j) for j, t in enumerate(expected)
+        ]
         assert choices[0]["prompt_logprobs"][0] is None and len(choices[0]["prompt_logprobs"]) == len(ids)
 
 
 def test_generate_contract(tiny_model_dir, tiny_tokenizer):
     with launch_scripted_server(responses=["ok then"], tokenizer=str(tiny_model_dir)) as server:
         ids = tiny_tokenizer.encode("hello")
-        body = {"prompt": {"prompt_token_ids": ids}, "logprobs": 0, "n": 2, "max_tokens": 2, "prompt_logprobs": 1}
+        body = {
+            "prompt": {"prompt_token_ids": ids},
+            "logprobs": 0,
+            "n": 2,
+            "max_tokens": 2,
+            "prompt_logprobs": 1,
+        }
         reply = requests.post(f"{server.root_url}/generate", json=body, timeout=10).json()
         assert reply["finish_reasons"] == ["length", "length"] and reply["prompt"] == "hello"
         first = tiny_tokenizer.encode("ok then")[:2]
@@ -60,7 +75,9 @@ def test_knobs_and_bad_requests(tiny_model_dir):
         assert requests.get(f"{server.root_url}/health", timeout=5).status_code == 503
         server.control(healthy=True, generate_route=False, ignore_n=True)
         assert requests.get(f"{server.root_url}/health", timeout=5).status_code == 200
-        assert requests.post(f"{server.root_url}/generate", json={"prompt": "x"}, timeout=5).status_code == 404
+        assert (
+            requests.post(f"{server.root_url}/generate", json={"prompt": "x"}, timeout=5).status_code == 404
+        )
         reply = requests.post(url, json={"messages": messages, "n": 3}, timeout=5).json()
         assert len(reply["choices"]) == 1
 
@@ -78,7 +95,9 @@ def test_subprocess_mode(tiny_model_dir):
         responses=["from the subprocess"], tokenizer=str(tiny_model_dir), in_subprocess=True, delay_s=0.01
     ) as server:
         reply = requests.post(
-            f"{server.base_url}/chat/completions", json={"messages": [{"role": "user", "content": "q"}]}, timeout=10
+            f"{server.base_url}/chat/completions",
+            json={"messages": [{"role": "user", "content": "q"}]},
+            timeout=10,
         ).json()
         assert reply["choices"][0]["message"]["content"] == "from the subprocess"
         assert server.requests[0]["path"] == "/v1/chat/completions"

@@ -23,7 +23,14 @@ def test_parse_and_reconstruct_round_trip(translator):
     content, calls, finish = translator.parse_model_output(raw, tool_choice="auto", tools=TOOLS)
     assert content == "Let me check." and finish == "tool_calls"
     assert calls[0].function.name == "lookup" and json.loads(calls[0].function.arguments) == {"q": "x"}
-    as_dicts = [{"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}} for c in calls]
+    as_dicts = [
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {"name": c.function.name, "arguments": c.function.arguments},
+        }
+        for c in calls
+    ]
     assert translator.reconstruct_raw_text_from_tool_calls(as_dicts) == raw
     converted = translator.convert_messages_for_template(
         [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": as_dicts}]
@@ -35,7 +42,9 @@ def test_unknown_calls_are_rebuilt_best_effort(translator):
     calls = [{"id": "unknown", "function": {"name": "lookup", "arguments": '{"q": 1}'}}]
     text = translator.reconstruct_raw_text_from_tool_calls(calls)
     assert text == '<tool_call>{"name": "lookup", "arguments": {"q": 1}}</tool_call>'
-    converted = translator.convert_messages_for_template([{"role": "assistant", "content": "thinking", "tool_calls": calls}])
+    converted = translator.convert_messages_for_template(
+        [{"role": "assistant", "content": "thinking", "tool_calls": calls}]
+    )
     assert converted[0]["content"] == f"thinking\n{text}"
 
 
