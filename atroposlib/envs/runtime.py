@@ -174,7 +174,7 @@ class ServeRuntimeMixin:
         """
         registration = self._registration()
         started = time.monotonic()
-        next_report = started + REPORT_INTERVAL_S
+        next_report = started
         failures = 0
         while True:
             if self._shutdown_requested:

@@ -43,7 +43,7 @@ class CountingEnvConfig(BaseEnvConfig):
     nan_every: int = 0
     #: return equal scores for items divisible by this (0 = never)
     same_scores_every: int = 0
-    #: sleep this long in every collect_trajectories call of items divisible by ``hang_every``
+    #: sleep this long in the first collect_trajectories call of items divisible by ``hang_every``
     hang_every: int = 0
     hang_seconds: float = 0.0
     marker_dir: Optional[str] = None
@@ -83,12 +83,12 @@ class CountingEnv(BaseEnv):
         return [c.message.content or "" for c in resp.choices]
 
     def _matches(self, item: int, every: int) -> bool:
-        return every > 0 and item % every == 0
+        return every > 0 and item > 0 and item % every == 0
 
     async def collect_trajectories(self, item: int) -> tuple[Optional[ScoredDataGroup], list]:
         self.attempts[item] += 1
         cfg = self.config
-        if self._matches(item, cfg.hang_every):
+        if self._matches(item, cfg.hang_every) and self.attempts[item] == 1:
             await asyncio.sleep(cfg.hang_seconds)
         if self._matches(item, cfg.fail_first_attempt_every) and self.attempts[item] == 1:
             raise RuntimeError(f"flaky failure on item {item}")
