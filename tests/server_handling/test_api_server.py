@@ -58,4 +58,7 @@ def test_empty_api_key_does_not_break_client_construction(monkeypatch):
     server = OpenAIServer(APIServerConfig(model_name="m", base_url="http://127.0.0.1:9/v1"))
     assert server.openai.api_key == "EMPTY"
     monkeypatch.setenv("OPENAI_API_KEY", "from-env")
-    assert OpenAIServer(APIServerConfig(model_name="m", base_url="http://127.0.0.1:9/v1")).openai.api_key == "from-env"
+    assert (
+        OpenAIServer(APIServerConfig(model_name="m", base_url="http://127.0.0.1:9/v1")).openai.api_key
+        == "from-env"
+    )

@@ -282,3 +282,9 @@ async def test_managed_server_can_be_pinned_by_base_url(tiny_tokenizer):
     with pytest.raises(ValueError, match="no server with base_url"):
         async with manager.managed_server(base_url="http://c/v1"):
             pass
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang", "trl"])
+def test_self_hosted_backends_need_a_base_url(kind):
+    with pytest.raises(ValueError, match=f"server_type '{kind}' needs base_url"):
+        ServerManager(APIServerConfig(model_name="m", server_type=kind))

@@ -301,6 +301,14 @@ class APIServerConfig(ServerBaseline):
     )
 
 
+def require_base_url(config: ServerBaseline, server_type: str) -> None:
+    """ValueError unless ``config.base_url`` is set (self-hosted backends have no default URL)."""
+    if not getattr(config, "base_url", None):
+        raise ValueError(
+            f"server_type {server_type!r} needs base_url (e.g. http://host:port/v1); got {getattr(config, 'base_url', None)!r}"
+        )
+
+
 def resolved_tokenizer_name(config: ServerBaseline) -> str:
     """``config.tokenizer_name`` unless it is "none"/empty, else ``config.model_name``."""
     name = config.tokenizer_name

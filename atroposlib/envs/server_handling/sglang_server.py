@@ -16,7 +16,7 @@ from atroposlib.envs.server_handling.errors import BackendProtocolError
 from atroposlib.envs.server_handling.logprob_parsing import normalize_finish_reason, normalize_prompt_logprobs
 from atroposlib.envs.server_handling.openai_compat import OpenAICompatibleServer
 from atroposlib.envs.server_handling.openai_server import resolve_openai_configs  # noqa: F401  (re-exported)
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ReasoningConfig
+from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ReasoningConfig, require_base_url
 from atroposlib.envs.server_handling.tokenizer_util import LazyTokenizer, encode_prompt
 from atroposlib.envs.server_handling.vllm_server import VLLMServer, sampling_params_from_kwargs
 
@@ -25,6 +25,7 @@ class SGLangServer(OpenAICompatibleServer):
     """Client for an SGLang server."""
 
     def __init__(self, config: APIServerConfig, reasoning_config: Optional[ReasoningConfig] = None):
+        require_base_url(config, "sglang")
         super().__init__(config, reasoning_config=reasoning_config)
         self._tokenizer = LazyTokenizer(config)
 

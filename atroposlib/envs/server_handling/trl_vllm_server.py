@@ -20,7 +20,12 @@ from openai.types.completion import Completion, CompletionChoice
 
 from atroposlib.envs.server_handling.errors import BackendProtocolError
 from atroposlib.envs.server_handling.http import HTTPClient
-from atroposlib.envs.server_handling.server_baseline import APIServer, APIServerConfig, ReasoningConfig
+from atroposlib.envs.server_handling.server_baseline import (
+    APIServer,
+    APIServerConfig,
+    ReasoningConfig,
+    require_base_url,
+)
 from atroposlib.envs.server_handling.tokenizer_util import LazyTokenizer
 
 #: Defaults TRL's server applies when a parameter is absent (sent explicitly, as the original did).
@@ -39,6 +44,7 @@ class TrlVllmServer(APIServer):
     """Client for TRL's vLLM generation server."""
 
     def __init__(self, config: APIServerConfig, reasoning_config: Optional[ReasoningConfig] = None):
+        require_base_url(config, "trl")
         super().__init__(config, reasoning_config=reasoning_config)
         self.http = HTTPClient(api_key=config.api_key or None, timeout=float(config.timeout))
         self._tokenizer = LazyTokenizer(config)

@@ -30,7 +30,7 @@ from atroposlib.envs.server_handling.logprob_parsing import (
 )
 from atroposlib.envs.server_handling.openai_compat import OpenAICompatibleServer
 from atroposlib.envs.server_handling.openai_server import resolve_openai_configs  # noqa: F401  (re-exported)
-from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ReasoningConfig
+from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ReasoningConfig, require_base_url
 from atroposlib.envs.server_handling.tokenizer_util import LazyTokenizer, encode_prompt
 
 logger = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ class VLLMServer(OpenAICompatibleServer):
     """Client for a vLLM server (the trainer's ``/generate`` server or a plain ``vllm serve``)."""
 
     def __init__(self, config: APIServerConfig, reasoning_config: Optional[ReasoningConfig] = None):
+        require_base_url(config, "vllm")
         super().__init__(config, reasoning_config=reasoning_config)
         self._tokenizer = LazyTokenizer(config)
         #: "generate", "openai", or None until detected on the first token-level call.
