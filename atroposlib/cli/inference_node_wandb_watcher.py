@@ -86,9 +86,10 @@ def _wait_for_trainer(client: ApiClient, stop: threading.Event) -> dict[str, Any
         except AuthRejected:
             raise
         except ToolError:
-            if not announced:
-                print("Waiting for init...", flush=True)
-                announced = True
+            pass  # API not up yet: keep waiting
+        if not announced:  # no API, or no trainer registered yet
+            print("Waiting for init...", flush=True)
+            announced = True
         stop.wait(1.0)
     return None
 

@@ -146,13 +146,12 @@ class Viewer:
                 self._html_cache.popitem(last=False)
         return html
 
-    def status_line(self, shown: int | None, total: int) -> str:
+    def status_line(self) -> str:
+        """Source, trainer step, number of groups, notices and errors (Markdown)."""
         parts = [f"**Source:** {self.source_label}"]
         if self.store.current_step is not None:
             parts.append(f"**Trainer step:** {self.store.current_step}")
-        parts.append(f"**Groups loaded:** {total}")
-        if shown is not None:
-            parts.append(f"**Showing:** {shown} of {total}")
+        parts.append(f"**Groups loaded:** {len(self.store.items())}")
         line = " · ".join(parts)
         for notice in (getattr(self.store.source, "notice", None), self.notice, self.tokenizer_slot.notice):
             if notice:
@@ -236,9 +235,7 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
 
         def show(action: str, pos: int | None, follow_newest: bool, env_name: str | None) -> list[Any]:
             problem = None
-            if action == "tick":
-                viewer.store.refresh()
-            elif action == "refresh":
+            if action == "refresh":
                 viewer.store.refresh(force=True)
             elif action == "grab":
                 problem = viewer.grab_batch()
@@ -270,7 +267,7 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
                 record = viewer.store.get(key)
                 shown = keys.index(key) + 1
                 html = viewer.group_html(key, record, f"group {shown} of {len(keys)}")
-            line = viewer.status_line(shown, len(keys))
+            line = viewer.status_line()
             if problem:
                 line += f"\n\n⚠️ {problem}"
             overall_html = histogram_svg(
@@ -295,7 +292,17 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
         grab_btn.click(lambda p, f, e: show("grab", p, f, e), inputs, outputs, api_name="get_batch")
         demo.load(lambda p, f, e: show("refresh", p, f, e), inputs, outputs)
         if refresh_interval > 0:
-            gr.Timer(refresh_interval).tick(lambda p, f, e: show("tick", p, f, e), inputs, outputs)
+            # The timer only polls and reports a data version; the page re-renders through the
+            # version's change event, which reads the *current* navigation state. (Re-rendering from
+            # the tick itself would use inputs captured before a concurrent click and undo it.)
+            version = gr.Textbox(value="", visible=False)
+
+            def tick() -> tuple[str, str]:
+                viewer.store.refresh()
+                return f"{viewer.store.version}-{viewer.tokenizer_slot.version}", viewer.status_line()
+
+            gr.Timer(refresh_interval).tick(tick, None, [version, status])
+            version.change(lambda p, f, e: show("tick", p, f, e), inputs, outputs)
     return demo
 
 

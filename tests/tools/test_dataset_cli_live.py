@@ -57,7 +57,7 @@ def test_dpo_reads_a_live_run_deterministically(tmp_path, live):
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
     rows = read_jsonl(tmp_path / "a.jsonl")
-    assert len(rows) == 4  # 2 pairs from group 1, 1 from group 2, 1 from group 3 (0.9 vs -1.0 or -0.5)
+    assert len(rows) == 5  # 2 pairs from group 1, 1 from group 2 (1.0 vs 0.0), 2 from group 3
     assert all(set(r) == {"pos", "score", "neg"} for r in rows)
     assert live.snapshot() == before
 

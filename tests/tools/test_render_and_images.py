@@ -64,7 +64,10 @@ def test_score_colours_and_histogram():
     assert score_colors(0.3, 0.3, 0.3)[0].startswith("hsl(60")
     svg = histogram_svg([1.0, 1.0, -1.0, 0.5], "Scores")
     assert svg.startswith("<svg") and "(n=4)" in svg
-    assert svg.count("<rect") == 3  # bins between -1 and 1 with 3 distinct values
+    assert svg.count("<rect") == 3  # one bar per distinct value
+    assert ">-1</text>" in svg and ">0.5</text>" in svg and ">1</text>" in svg
+    wide = histogram_svg([i / 10 for i in range(100)], "Many")
+    assert wide.count("<rect") == 10  # equal-width bins beyond 12 distinct values
     assert "no scores" in histogram_svg([])
     assert histogram_svg([2.0, 2.0]).count("<rect") == 1
 

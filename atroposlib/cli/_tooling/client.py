@@ -34,6 +34,10 @@ class AuthRejected(ToolError):
     """The server refused the request with 401/403 (missing or wrong API key)."""
 
 
+class TrainerNotRegistered(ToolError):
+    """``GET /batch`` answered that no trainer has registered (nothing to consume)."""
+
+
 def resolve_api_key(flag_value: str | None) -> str | None:
     """The key to send: the flag if given, else ``$ATROPOS_API_KEY``, else None (no header)."""
     key = flag_value if flag_value is not None else os.environ.get(API_KEY_ENV)
@@ -183,7 +187,7 @@ class ApiClient:
         if not isinstance(data, dict):
             raise ToolError("GET /batch returned an unexpected body")
         if data.get("status") == "error":
-            raise ToolError(
+            raise TrainerNotRegistered(
                 f"GET /batch: {data.get('message', 'error')} "
                 "(start the trainer first, or pass --register to register like the original tool)"
             )

@@ -24,7 +24,14 @@ from typing import IO, Any
 import orjson
 from tqdm import tqdm
 
-from atroposlib.cli._tooling.client import DEFAULT_API_URL, ApiClient, EndpointMissing, resolve_api_key
+from atroposlib.cli._tooling.client import (
+    DEFAULT_API_URL,
+    ApiClient,
+    AuthRejected,
+    EndpointMissing,
+    TrainerNotRegistered,
+    resolve_api_key,
+)
 from atroposlib.cli._tooling.errors import ToolError
 from atroposlib.cli._tooling.formats import FORMATS, GroupView, messages_view, text_view
 from atroposlib.cli._tooling.sources import (
@@ -298,18 +305,21 @@ def _poll_loop(
         try:
             result: PollResult = source.poll()
             if failing:
-                bar.write(f"{args.api_url} is answering again")
+                bar.write(f"{args.api_url} is answering again", file=sys.stderr)
             failing = False
+        except (AuthRejected, TrainerNotRegistered):
+            raise  # retrying cannot help
         except ToolError as exc:
             if not failing:
-                bar.write(f"warning: {exc}; retrying")
+                bar.write(f"warning: {exc}; retrying", file=sys.stderr)
             failing = True
             result = PollResult([])
         if result.missed:
             stats.missed += result.missed
             bar.write(
                 f"warning: {result.missed} groups left the API's inspection window unread "
-                "(raise run-api --inspect-history or poll faster)"
+                "(raise run-api --inspect-history or poll faster)",
+                file=sys.stderr,
             )
         for record in result.records:
             # In --consume mode the whole batch is already taken from the trainer: keep all of it.
@@ -321,7 +331,7 @@ def _poll_loop(
         if result.records:
             last_new = time.monotonic()
         elif args.idle_timeout and time.monotonic() - last_new >= args.idle_timeout:
-            bar.write(f"no new groups for {args.idle_timeout:g} s; stopping")
+            bar.write(f"no new groups for {args.idle_timeout:g} s; stopping", file=sys.stderr)
             break
         if not result.records and not reached():
             stop.wait(args.poll_interval)

@@ -139,43 +139,51 @@ def build_display(group: dict[str, Any], tokenizer: Any | None) -> GroupDisplay:
     return GroupDisplay(prompt=prompt, completions=comps, scores=scores, note=note)
 
 
-def histogram_svg(scores: Sequence[float], title: str = "Scores", width: int = 320, height: int = 120) -> str:
-    """An inline SVG bar chart of ``scores`` (up to 10 equal-width bins between min and max)."""
+def histogram_svg(scores: Sequence[float], title: str = "Scores", width: int = 320, height: int = 130) -> str:
+    """An inline SVG bar chart of ``scores``: one bar per distinct value when there are at most 12
+    (typical rewards), else 10 equal-width bins between min and max."""
     values = [s for s in scores if isinstance(s, (int, float)) and math.isfinite(s)]
     esc = html.escape
     if not values:
         return f'<svg class="av-hist" width="{width}" height="24"><text x="4" y="16">{esc(title)}: no scores</text></svg>'
     low, high = min(values), max(values)
-    n_bins = 1 if high == low else min(10, max(2, len(set(values))))
-    counts = [0] * n_bins
-    for v in values:
-        b = 0 if high == low else min(n_bins - 1, int((v - low) / (high - low) * n_bins))
-        counts[b] += 1
-    top, left, bottom = 18, 6, 20
+    distinct = sorted(set(values))
+    if len(distinct) <= 12:
+        centers = distinct
+        counts = [values.count(v) for v in distinct]
+        labels = [f"{v:g}" for v in distinct]
+    else:
+        n_bins = 10
+        step = (high - low) / n_bins
+        counts = [0] * n_bins
+        for v in values:
+            counts[min(n_bins - 1, int((v - low) / step))] += 1
+        centers = [low + (b + 0.5) * step for b in range(n_bins)]
+        labels = [f"{low:.3g}"] + [""] * (n_bins - 2) + [f"{high:.3g}"]
+    top, left, bottom = 30, 6, 18
     plot_h = height - top - bottom
-    bar_w = (width - 2 * left) / n_bins
+    bar_w = (width - 2 * left) / len(counts)
     peak = max(counts)
     parts = [
         f'<svg class="av-hist" role="img" aria-label="{esc(title)} histogram" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}">',
         f'<text x="{left}" y="12">{esc(title)} (n={len(values)})</text>',
     ]
-    for b, count in enumerate(counts):
-        h = 0 if peak == 0 else plot_h * count / peak
+    for b, (count, center, label) in enumerate(zip(counts, centers, labels, strict=True)):
+        h = plot_h * count / peak
         x = left + b * bar_w
-        mid = low + (b + 0.5) * (high - low) / n_bins if n_bins > 1 else low
-        bg, border = score_colors(mid, low, high)
+        _, color = score_colors(center, low, high)
         parts.append(
-            f'<rect x="{x + 1:.1f}" y="{top + plot_h - h:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" '
-            f'fill="{border}" opacity="0.8"><title>{count}</title></rect>'
+            f'<rect x="{x + 1:.1f}" y="{top + plot_h - h:.1f}" width="{max(bar_w - 2, 1):.1f}" height="{h:.1f}" '
+            f'fill="{color}" opacity="0.8"><title>{esc(label or f"{center:.3g}")}: {count}</title></rect>'
         )
+        mid = x + bar_w / 2
         if count:
             parts.append(
-                f'<text x="{x + bar_w / 2:.1f}" y="{top + plot_h - h - 2:.1f}" text-anchor="middle">{count}</text>'
+                f'<text x="{mid:.1f}" y="{top + plot_h - h - 3:.1f}" text-anchor="middle">{count}</text>'
             )
-    parts.append(f'<text x="{left}" y="{height - 5}">{low:g}</text>')
-    if high != low:
-        parts.append(f'<text x="{width - left}" y="{height - 5}" text-anchor="end">{high:g}</text>')
+        if label:
+            parts.append(f'<text x="{mid:.1f}" y="{height - 4}" text-anchor="middle">{esc(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -218,7 +226,7 @@ def render_group(record: GroupRecord, tokenizer: Any | None, position: str = "")
     head.append(f'<span class="av-chip">step {record.step if record.step is not None else "–"}</span>')
     if record.seq is not None:
         head.append(f'<span class="av-chip">seq {record.seq}</span>')
-    if record.origin:
+    if record.origin and record.origin != f"seq {record.seq}":
         head.append(f'<span class="av-chip">{esc(record.origin)}</span>')
     head.append(f"<span>{len(scores)} sequences · mean {mean:.3g} · min {low:.3g} · max {high:.3g}</span>")
     if position:

@@ -71,6 +71,7 @@ class GroupStore:
         self.error: str | None = None
         self.current_step: int | None = None
         self.missed = 0
+        self.version = 0  # bumped whenever groups are added
         self._groups: OrderedDict[int, GroupRecord] = OrderedDict()
         self._next_key = 0
         self._last_poll = float("-inf")
@@ -86,6 +87,8 @@ class GroupStore:
                 self._next_key += 1
             while len(self._groups) > self.max_groups:
                 self._groups.popitem(last=False)
+            if records:
+                self.version += 1
         return keys
 
     def refresh(self, force: bool = False) -> None:
