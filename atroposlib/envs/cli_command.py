@@ -221,8 +221,7 @@ def _redact(server_dump: dict[str, Any]) -> dict[str, Any]:
 
 def dump_server_configs(server_configs: Any, *, redact: bool = True) -> Any:
     """JSON-ready view of the resolved server configs: a list, a dict, or ``{}`` for a ``ServerBaseline``."""
-    _, baseline_cls, _ = _server_classes()
-    api_cls = _server_classes()[0]
+    api_cls, baseline_cls, _ = _server_classes()
     fix = _redact if redact else (lambda d: d)
     if isinstance(server_configs, list):
         return [fix(c.model_dump(mode="json")) for c in server_configs]
@@ -265,7 +264,8 @@ def construct_env(env_cls: type, resolved: ResolvedRun) -> Any:
     """Construct the environment from resolved configs and apply the server-manager options.
 
     Raises :class:`CliRunError` when the constructor fails (e.g. tokenizer not found, invalid reasoning
-    effort) so the CLI can report it in one line.
+    effort) so the CLI can report it in one line; with ``ATROPOS_CLI_TRACEBACK=1`` the original exception
+    propagates instead.
     """
     manager = resolved.manager_config
     try:
@@ -275,9 +275,14 @@ def construct_env(env_cls: type, resolved: ResolvedRun) -> Any:
             slurm=manager.slurm,
             testing=manager.testing,
         )
-    except Exception as exc:  # any constructor failure is reported, the traceback goes to the debug log
-        logger.debug("constructor of %s failed", env_cls.__name__, exc_info=True)
-        raise CliRunError(f"could not construct {env_cls.__name__}: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # reported in one line; ATROPOS_CLI_TRACEBACK=1 shows the traceback instead
+        if os.environ.get("ATROPOS_CLI_TRACEBACK", "").strip().lower() in ("1", "true", "yes"):
+            raise
+        message = " ".join(str(exc).split())
+        raise CliRunError(
+            f"could not construct {env_cls.__name__}: {type(exc).__name__}: {message} "
+            "(ATROPOS_CLI_TRACEBACK=1 shows the traceback)"
+        )
     server = getattr(env, "server", None)
     if server is not None:
         if "max_n_completions" in resolved.explicit_manager_keys:

@@ -249,6 +249,14 @@ def test_construction_failure_is_one_line_exit_1(capsys):
     assert "Traceback" not in "\n".join(err)
 
 
+def test_construction_failure_traceback_on_request(monkeypatch):
+    monkeypatch.setenv("ATROPOS_CLI_TRACEBACK", "1")
+    with pytest.raises(RuntimeError, match="could not load tokenizer"):
+        run_cli(
+            LayerEnv, ["serve", "--env.tokenizer_name", "/nonexistent/tokenizer", "--env.use_wandb", "false"]
+        )
+
+
 # ---------------------------------------------------------------------------------------------- help
 @pytest.mark.parametrize("mode", MODES)
 def test_help_lists_every_field_with_its_effective_default(capsys, mode):
