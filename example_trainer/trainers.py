@@ -224,6 +224,8 @@ def train(
     lora = config.is_lora
 
     resume_dir = resolve_resume_path(config.resume, config.save_path)
+    client = AtroposClient.from_config(config)
+    client.wait_until_ready(config.api_timeout)  # before the (slow) model load: fail fast
     seed_everything(config.seed)
     model, tokenizer = _load_model(config, resume_dir)
     optimizer = create_optimizer(trainable_parameters(model), config)
@@ -234,8 +236,6 @@ def train(
         logger.info("loaded checkpoint %s (step %d)", resume_dir, start_step)
     ref_model = load_reference_model(config) if config.kl_coef > 0 and not lora else None
 
-    client = AtroposClient.from_config(config)
-    client.wait_until_ready(config.api_timeout)
     client.register(config, starting_step=start_step)
     api_info = _reconcile_with_api(client, start_step, resume_dir is not None)
 
