@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 
 from PIL import Image
 
@@ -127,3 +128,17 @@ def test_store_navigation_and_env_filter():
     assert navigate(ks, ks[-1], "prev") == ks[-2]
     assert navigate(ks, ks[1], "first") == ks[0]
     assert navigate([], None, "last") is None
+
+
+def test_viewer_tokenizer_slot(tiny_model_dir):
+    from atroposlib.cli.view_run import TokenizerSlot
+
+    assert TokenizerSlot("none").tokenizer is None and TokenizerSlot("none").notice is None
+    local = TokenizerSlot(str(tiny_model_dir))
+    assert local.tokenizer is not None and not local.loading
+    missing = TokenizerSlot("no-such-org/no-such-tokenizer")  # not cached; the hub is offline in tests
+    deadline = time.monotonic() + 60
+    while missing.loading and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert missing.tokenizer is None
+    assert "cannot load tokenizer 'no-such-org/no-such-tokenizer'" in missing.notice
