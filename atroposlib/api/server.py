@@ -54,7 +54,6 @@ from atroposlib.api.validation import (
     decode_group,
     decode_group_list,
     decode_model,
-    encode_group,
     small_input,
 )
 
@@ -298,7 +297,7 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
         state = state_of(request)
         group = decode_group(await request.body())
         check_groups([group], state.admission_rules(), in_list=False)
-        (result,) = state.ingest([(group, encode_group(group))])
+        (result,) = state.ingest([group])
         metrics.ingest_latency.observe(time.perf_counter() - started)
         return json_response(result)
 
@@ -309,7 +308,7 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
         state = state_of(request)
         groups = decode_group_list(await request.body())
         check_groups(groups, state.admission_rules(), in_list=True)
-        results = state.ingest([(group, encode_group(group)) for group in groups]) if groups else []
+        results = state.ingest(groups) if groups else []
         response: dict[str, Any] = {"status": "received", "groups_processed": len(groups)}
         buffered = [r for r in results if r["status"] == "buffered"]
         if buffered:

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from atroposlib.api.packing import drain_batches, minimum_allocations, subset_summing_to
-from atroposlib.api.schemas import RegisterEnv, Registration, ScoredData
+from atroposlib.api.schemas import RegisterEnv, Registration
 from atroposlib.api.store import (
     BATCH_PENDING,
     BATCH_SERVED,
@@ -46,7 +46,7 @@ from atroposlib.api.store import (
     Store,
     Transaction,
 )
-from atroposlib.api.validation import AdmissionRules, InvalidRequest, error
+from atroposlib.api.validation import AdmissionRules, Group, InvalidRequest, error
 
 #: Smallest inference weight ``/status-env`` reports, so no env is starved completely.
 MIN_ENV_WEIGHT = 0.01
@@ -333,25 +333,25 @@ class TrajectoryState:
 
     # ------------------------------------------------------------------ ingest
 
-    def ingest(self, items: list[tuple[ScoredData, bytes]]) -> list[dict[str, Any]]:
-        """Queue (or buffer) validated groups with their stored JSON; all or nothing.
+    def ingest(self, groups: list[Group]) -> list[dict[str, Any]]:
+        """Queue (or buffer) validated groups; all or nothing.
 
         Returns one ``{"status": "received"}`` or ``{"status": "buffered", "buffer_size": n}`` per
         group. Raises :class:`QueueFull` when the waiting data would exceed the queue limit and
         :class:`InvalidRequest` when the request alone exceeds it.
         """
-        new_sequences = sum(len(group.tokens) for group, _ in items)
-        new_bytes = sum(len(blob) for _, blob in items)
+        new_sequences = sum(group.size for group in groups)
+        new_bytes = sum(len(group.data) for group in groups)
         self._check_capacity(new_sequences, new_bytes)
         now = self.clock()
         results = []
         with self._transaction() as tx:
-            for group, blob in items:
-                results.append(self._add_group(tx, group, blob, now))
+            for group in groups:
+                results.append(self._add_group(tx, group, now))
             self._collect(tx)
         counters = self.counters
-        for group, _ in items:
-            size = len(group.tokens)
+        for group in groups:
+            size = group.size
             counters.groups_received += 1
             counters.sequences_received += size
             stats = counters.per_env.setdefault(group.env_id, EnvStats())
@@ -382,11 +382,12 @@ class TrajectoryState:
             if waiting + new > limit:
                 raise QueueFull(f"queue holds {waiting} of {limit} {unit}; retry later")
 
-    def _add_group(self, tx: Transaction, group: ScoredData, blob: bytes, now: float) -> dict[str, Any]:
+    def _add_group(self, tx: Transaction, group: Group, now: float) -> dict[str, Any]:
         gid = self.next_gid
         self.next_gid += 1
-        size = len(group.tokens)
+        size = group.size
         env_id = group.env_id
+        blob = group.data
         row = GroupRow(gid, env_id, size, len(blob), LOC_QUEUE, 0, self.meta.step, now)
         self.groups[gid] = row
         self._count_waiting(size, len(blob))

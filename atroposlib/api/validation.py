@@ -6,13 +6,19 @@ Errors are lists of FastAPI-style error dicts (``type``, ``loc``, ``msg`` and op
 
 Checks, in order (a group is rejected on the first failing stage):
 
-1. JSON and schema (pydantic, lax like the original; NaN/Infinity rejected);
+1. JSON and schema (pydantic's lax rules, like the original; NaN/Infinity rejected);
 2. content: at least one sequence; ``masks`` and ``scores`` match ``tokens`` in count and
    ``masks`` rows match ``tokens`` rows in length; no empty sequence; token ids and mask values
    within int32; ``env_id`` not negative; no NaN/Infinity anywhere. ``advantages`` and the other
    per-token fields are deliberately not length-checked (the original accepts any length);
 3. admission against the current registration: ``env_id`` registered, sequences no longer than
    ``max_token_len``, and a group size that can ever be batched.
+
+Decoding has two paths with the same outcome. Well-formed groups (plain ints, floats, the
+documented types) are decoded and encoded by msgspec in one pass of C code, including the int32
+range check. Anything else (lax coercions such as ``1.0`` for an int, bad types, NaN, odd
+messages) goes through the pydantic model of the original, which decides acceptance and
+produces the error details.
 """
 
 from __future__ import annotations
@@ -22,12 +28,12 @@ import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-import orjson
+import msgspec
 from pydantic import TypeAdapter, ValidationError
 
-from atroposlib.api.schemas import FREE_FORM_FIELDS, ScoredData
+from atroposlib.api.schemas import FREE_FORM_FIELDS, GROUP_FIELDS, ScoredData
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
@@ -37,6 +43,33 @@ MAX_ERROR_INPUT_ITEMS = 64
 MAX_ERRORS = 50
 
 _GROUP_LIST = TypeAdapter(list[ScoredData])
+_ENCODER = msgspec.json.Encoder()
+
+_Int32 = Annotated[int, msgspec.Meta(ge=INT32_MIN, le=INT32_MAX)]
+
+
+class _StrictGroup(msgspec.Struct):
+    """The fast decoder's view of a group: exact JSON types only, fields in stored order."""
+
+    tokens: list[list[_Int32]]
+    masks: list[list[_Int32]]
+    scores: list[float]
+    advantages: list[list[float]] | None = None
+    ref_logprobs: list[list[float]] | None = None
+    messages: list[list[dict[str, Any]]] | None = None
+    generation_params: dict[str, Any] | None = None
+    inference_logprobs: list[list[float]] | None = None
+    overrides: list[dict[str, Any]] | None = None
+    group_overrides: dict[str, Any] | None = None
+    images: Any = None
+    env_id: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    distill_token_ids: list[list[list[_Int32]]] | None = None
+    distill_logprobs: list[list[list[float]]] | None = None
+
+
+assert tuple(_StrictGroup.__struct_fields__) == GROUP_FIELDS
+_ONE = msgspec.json.Decoder(_StrictGroup)
+_MANY = msgspec.json.Decoder(list[_StrictGroup])
 
 
 class InvalidRequest(Exception):
@@ -47,13 +80,34 @@ class InvalidRequest(Exception):
         self.errors = errors[:MAX_ERRORS]
 
 
+@dataclass(slots=True)
+class Group:
+    """A decoded, schema-valid group: what the checks and the queue need.
+
+    ``data`` is the stored form (compact JSON of the 14-key dict); ``problems`` holds content
+    problems found while decoding (relative locs).
+    """
+
+    token_lengths: list[int]
+    mask_lengths: list[int]
+    scores: list[float]
+    env_id: int | None
+    data: bytes
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        """Number of sequences."""
+        return len(self.token_lengths)
+
+
 @dataclass(frozen=True)
 class AdmissionRules:
     """What the current registration requires of an incoming group.
 
     ``batch_size``/``max_token_len`` are ``None`` before a trainer registered. ``env_group_sizes``
     lists the registered envs' group sizes by env id. ``env_id_required`` is set while an env with
-    ``min_batch_allocation`` is registered (groups without an env id are never batched then).
+    ``min_batch_allocation`` is registered (groups without one are never batched then).
     """
 
     batch_size: int | None = None
@@ -70,22 +124,79 @@ def error(kind: str, loc: Sequence[Any], msg: str, **extra: Any) -> dict[str, An
 # ---------------------------------------------------------------------------------- decoding
 
 
-def decode_group(body: bytes) -> ScoredData:
+def decode_group(body: bytes) -> Group:
     """Parse and schema-validate one group (``POST /scored_data``); raises :class:`InvalidRequest`."""
     _require_body(body)
     try:
-        return ScoredData.model_validate_json(body)
+        fast = _ONE.decode(body)
+    except (msgspec.MsgspecError, RecursionError, ValueError):
+        fast = None
+    if fast is not None and _messages_complete(fast.messages):
+        return _from_fast(fast)
+    try:
+        model = ScoredData.model_validate_json(body)
     except ValidationError as exc:
         raise InvalidRequest(_pydantic_errors(exc, body)) from None
+    return _from_model(model)
 
 
-def decode_group_list(body: bytes) -> list[ScoredData]:
+def decode_group_list(body: bytes) -> list[Group]:
     """Parse and schema-validate a JSON array of groups (``POST /scored_data_list``)."""
     _require_body(body)
     try:
-        return _GROUP_LIST.validate_json(body)
+        fast = _MANY.decode(body)
+    except (msgspec.MsgspecError, RecursionError, ValueError):
+        fast = None
+    if fast is not None and all(_messages_complete(g.messages) for g in fast):
+        return [_from_fast(g) for g in fast]
+    try:
+        models = _GROUP_LIST.validate_json(body)
     except ValidationError as exc:
         raise InvalidRequest(_pydantic_errors(exc, body)) from None
+    return [_from_model(m) for m in models]
+
+
+def _messages_complete(messages: list[list[dict[str, Any]]] | None) -> bool:
+    """The original's message rule, on already typed messages."""
+    if messages is None:
+        return True
+    return all("role" in m and "content" in m for conversation in messages for m in conversation)
+
+
+def _from_fast(group: _StrictGroup) -> Group:
+    return Group(
+        token_lengths=[len(row) for row in group.tokens],
+        mask_lengths=[len(row) for row in group.masks],
+        scores=group.scores,
+        env_id=group.env_id,
+        data=_ENCODER.encode(group),
+    )
+
+
+def _from_model(model: ScoredData) -> Group:
+    problems = _int32_problems("tokens", model.tokens) + _int32_problems("masks", model.masks)
+    if model.distill_token_ids is not None:
+        for i, seq in enumerate(model.distill_token_ids):
+            problems.extend(_int32_problems("distill_token_ids", seq, prefix=[i]))
+    for name in FREE_FORM_FIELDS:
+        value = getattr(model, name)
+        if value is not None and _has_non_finite(value):
+            problems.append(
+                error("finite_number", [name], f"{name} contains NaN or Infinity, which JSON cannot carry")
+            )
+    try:
+        data = _ENCODER.encode(model.to_group())
+    except (msgspec.MsgspecError, TypeError, ValueError, OverflowError) as exc:
+        data = b""
+        problems.append(error("unencodable", [], f"the group cannot be stored as JSON: {exc}"))
+    return Group(
+        token_lengths=[len(row) for row in model.tokens],
+        mask_lengths=[len(row) for row in model.masks],
+        scores=model.scores,
+        env_id=model.env_id,
+        data=data,
+        problems=problems,
+    )
 
 
 def decode_model(model: type, body: bytes) -> Any:
@@ -149,45 +260,40 @@ def small_input(value: Any) -> Any:
 # ---------------------------------------------------------------------------------- content
 
 
-def content_problems(group: ScoredData) -> list[dict[str, Any]]:
+def content_problems(group: Group) -> list[dict[str, Any]]:
     """Structural problems of one schema-valid group; locs are relative to the group."""
-    tokens, masks, scores = group.tokens, group.masks, group.scores
-    count = len(tokens)
+    count = group.size
     problems: list[dict[str, Any]] = []
     if count == 0:
         problems.append(error("empty_group", ["tokens"], "a group needs at least one sequence"))
-    if len(masks) != count:
+    if len(group.mask_lengths) != count:
         problems.append(
             error(
                 "length_mismatch",
                 ["masks"],
-                f"masks has {len(masks)} rows but tokens has {count} sequences",
+                f"masks has {len(group.mask_lengths)} rows but tokens has {count} sequences",
             )
         )
-    if len(scores) != count:
+    if len(group.scores) != count:
         problems.append(
             error(
                 "length_mismatch",
                 ["scores"],
-                f"scores has {len(scores)} values but tokens has {count} sequences",
+                f"scores has {len(group.scores)} values but tokens has {count} sequences",
             )
         )
-    for i, row in enumerate(tokens):
-        if not row:
+    for i, length in enumerate(group.token_lengths):
+        if not length:
             problems.append(error("empty_sequence", ["tokens", i], f"sequence {i} has no tokens"))
-        elif i < len(masks) and len(masks[i]) != len(row):
+        elif i < len(group.mask_lengths) and group.mask_lengths[i] != length:
             problems.append(
                 error(
                     "length_mismatch",
                     ["masks", i],
-                    f"masks[{i}] has {len(masks[i])} values but tokens[{i}] has {len(row)}",
+                    f"masks[{i}] has {group.mask_lengths[i]} values but tokens[{i}] has {length}",
                 )
             )
-    problems.extend(_int32_problems("tokens", tokens))
-    problems.extend(_int32_problems("masks", masks))
-    if group.distill_token_ids is not None:
-        for i, seq in enumerate(group.distill_token_ids):
-            problems.extend(_int32_problems("distill_token_ids", seq, prefix=[i]))
+    problems.extend(dict(p) for p in group.problems)
     if group.env_id is not None and group.env_id < 0:
         problems.append(
             error(
@@ -198,12 +304,6 @@ def content_problems(group: ScoredData) -> list[dict[str, Any]]:
                 ctx={"ge": 0},
             )
         )
-    for name in FREE_FORM_FIELDS:
-        value = getattr(group, name)
-        if value is not None and _has_non_finite(value):
-            problems.append(
-                error("finite_number", [name], f"{name} contains NaN or Infinity, which JSON cannot carry")
-            )
     return problems[:MAX_ERRORS]
 
 
@@ -240,10 +340,10 @@ def _has_non_finite(value: Any, depth: int = 0) -> bool:
 # ---------------------------------------------------------------------------------- admission
 
 
-def admission_problems(group: ScoredData, rules: AdmissionRules) -> list[dict[str, Any]]:
+def admission_problems(group: Group, rules: AdmissionRules) -> list[dict[str, Any]]:
     """Problems of a structurally valid group against the current registration (relative locs)."""
     problems: list[dict[str, Any]] = []
-    size = len(group.tokens)
+    size = group.size
     env_id = group.env_id
     if env_id is None:
         if rules.env_id_required:
@@ -296,25 +396,25 @@ def admission_problems(group: ScoredData, rules: AdmissionRules) -> list[dict[st
                 )
             )
     if rules.max_token_len and rules.max_token_len > 0:
-        for i, row in enumerate(group.tokens):
-            if len(row) > rules.max_token_len:
+        for i, length in enumerate(group.token_lengths):
+            if length > rules.max_token_len:
                 problems.append(
                     error(
                         "sequence_too_long",
                         ["tokens", i],
-                        f"sequence {i} has {len(row)} tokens, more than the registered "
+                        f"sequence {i} has {length} tokens, more than the registered "
                         f"max_token_len {rules.max_token_len}",
                     )
                 )
     return problems[:MAX_ERRORS]
 
 
-def group_problems(group: ScoredData, rules: AdmissionRules) -> list[dict[str, Any]]:
+def group_problems(group: Group, rules: AdmissionRules) -> list[dict[str, Any]]:
     """Content problems, or (if none) admission problems, of one group (relative locs)."""
     return content_problems(group) or admission_problems(group, rules)
 
 
-def check_groups(groups: list[ScoredData], rules: AdmissionRules, *, in_list: bool) -> None:
+def check_groups(groups: list[Group], rules: AdmissionRules, *, in_list: bool) -> None:
     """Raise :class:`InvalidRequest` naming every bad group; all-or-nothing for lists."""
     errors: list[dict[str, Any]] = []
     for index, group in enumerate(groups):
@@ -329,20 +429,3 @@ def check_groups(groups: list[ScoredData], rules: AdmissionRules, *, in_list: bo
             break
     if errors:
         raise InvalidRequest(errors)
-
-
-# ---------------------------------------------------------------------------------- encoding
-
-
-def encode_group(group: ScoredData) -> bytes:
-    """The stored form of a group: compact JSON of its 14-key dict.
-
-    Raises :class:`InvalidRequest` for values JSON storage cannot hold exactly (integers beyond
-    64 bits inside free-form fields).
-    """
-    try:
-        return orjson.dumps(group.to_group())
-    except (orjson.JSONEncodeError, TypeError) as exc:
-        raise InvalidRequest(
-            [error("unencodable", ["body"], f"the group cannot be stored as JSON: {exc}")]
-        ) from None

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from atroposlib.api.memory_store import MemoryStore
-from atroposlib.api.schemas import RegisterEnv, Registration, ScoredData
+from atroposlib.api.schemas import RegisterEnv, Registration
 from atroposlib.api.state import (
     NotRegistered,
     QueueFull,
@@ -15,7 +15,7 @@ from atroposlib.api.state import (
     UnknownEnv,
 )
 from atroposlib.api.store import SqliteStore, StoreError
-from atroposlib.api.validation import InvalidRequest, encode_group
+from atroposlib.api.validation import InvalidRequest, decode_group
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -48,16 +48,17 @@ def reg(**overrides):
 
 
 def grp(size, start=0, env_id=None, score=1.0):
-    return ScoredData(
-        tokens=[[start + i] for i in range(size)],
-        masks=[[start + i] for i in range(size)],
-        scores=[score] * size,
-        env_id=env_id,
-    )
+    body = {
+        "tokens": [[start + i] for i in range(size)],
+        "masks": [[start + i] for i in range(size)],
+        "scores": [score] * size,
+        "env_id": env_id,
+    }
+    return decode_group(orjson.dumps(body))
 
 
 def put(state, *groups):
-    return state.ingest([(g, encode_group(g)) for g in groups])
+    return state.ingest(list(groups))
 
 
 def served_markers(served):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import random
+
 import orjson
 import pytest
 
@@ -9,29 +12,33 @@ from atroposlib.api.schemas import GROUP_FIELDS, ScoredData
 from atroposlib.api.validation import (
     AdmissionRules,
     InvalidRequest,
+    _from_model,
     admission_problems,
     check_groups,
     content_problems,
     decode_group,
     decode_group_list,
-    encode_group,
 )
 
 
 def body(**fields):
     base = {"tokens": [[1, 2], [3, 4]], "masks": [[1, 2], [3, 4]], "scores": [0.0, 1.0]}
     base.update(fields)
-    return orjson.dumps(base)
+    return json.dumps(base).encode()
 
 
 def kinds(problems):
     return [p["type"] for p in problems]
 
 
+def stored(group):
+    return orjson.loads(group.data)
+
+
 def test_decode_coerces_like_the_original():
     group = decode_group(b'{"tokens": [[1.0, "2"]], "masks": [[1, 2]], "scores": [1], "extra": 5}')
-    assert group.tokens == [[1, 2]] and group.scores == [1.0]
-    assert not hasattr(group, "extra")
+    assert stored(group)["tokens"] == [[1, 2]] and group.scores == [1.0]
+    assert "extra" not in stored(group) and stored(group)["scores"] == [1.0]
 
 
 def test_decode_errors_have_fastapi_shape():
@@ -72,7 +79,7 @@ def test_content_problems():
     nan_messages = ScoredData(
         tokens=[[1]], masks=[[1]], scores=[1.0], messages=[[{"role": "a", "content": float("nan")}]]
     )
-    assert kinds(content_problems(nan_messages)) == ["finite_number"]
+    assert kinds(content_problems(_from_model(nan_messages))) == ["finite_number"]
 
 
 def test_admission_problems():
@@ -107,10 +114,71 @@ def test_check_groups_prefixes_locations():
     assert info.value.errors[0]["msg"].startswith("group 1: ")
 
 
-def test_encode_group_is_the_fourteen_key_dict():
-    stored = orjson.loads(encode_group(decode_group(body(images=["x"]))))
-    assert tuple(stored) == GROUP_FIELDS
-    assert stored["images"] == ["x"] and stored["env_id"] is None
-    huge = ScoredData(tokens=[[1]], masks=[[1]], scores=[1.0], generation_params={"seed": 2**80})
-    with pytest.raises(InvalidRequest):
-        encode_group(huge)
+def test_stored_form_is_the_fourteen_key_dict():
+    data = stored(decode_group(body(images=["x"])))
+    assert tuple(data) == GROUP_FIELDS
+    assert data["images"] == ["x"] and data["env_id"] is None
+    big = decode_group(body(generation_params={"seed": 2**80}))
+    assert json.loads(big.data)["generation_params"]["seed"] == 2**80  # kept exactly
+
+
+def random_group(rng: random.Random) -> dict:
+    """A random, mostly valid group using every field, with lax-mode variants sprinkled in."""
+    n = rng.randint(0, 4)
+    length = rng.randint(0, 5)
+    tokens = [
+        [rng.choice([0, 1, -100, 2**31 - 1, -(2**31), rng.randrange(200_000)]) for _ in range(length)]
+        for _ in range(n)
+    ]
+    group = {
+        "tokens": tokens,
+        "masks": [list(row) for row in tokens],
+        "scores": [rng.choice([0, 1, 0.5, -2.25, 1e-7]) for _ in range(n)],
+    }
+    options = {
+        "advantages": lambda: [[rng.choice([1, 0.25, -3])] * rng.randint(0, 3) for _ in range(n)],
+        "ref_logprobs": lambda: [[-0.5] * length for _ in range(n)],
+        "inference_logprobs": lambda: [[1.0, -0.1]] * n,
+        "messages": lambda: [[{"role": "user", "content": rng.choice(["x", "", ["a"], {"b": 1}])}]] * n,
+        "generation_params": lambda: {"temperature": 0.7, "seed": rng.choice([1, 2**70])},
+        "overrides": lambda: [{"sft": True}] * n,
+        "group_overrides": lambda: {"x": None},
+        "images": lambda: rng.choice([None, "img", [1, 2], {"k": [True]}]),
+        "env_id": lambda: rng.choice([None, 0, 3]),
+        "distill_token_ids": lambda: [[[1, 2]] * length] * n,
+        "distill_logprobs": lambda: [[[-0.1, -2]] * length] * n,
+        "unknown": lambda: {"dropped": 1},
+    }
+    for name, make in options.items():
+        if rng.random() < 0.4:
+            group[name] = make()
+    if rng.random() < 0.2 and n and length:
+        group["tokens"][0][0] = float(group["tokens"][0][0])  # lax: integral float for an int
+    if rng.random() < 0.1:
+        group["env_id"] = 1.0
+    return group
+
+
+def test_fast_and_pydantic_paths_agree():
+    """Whatever path decodes a group, the stored data and the checked facts are the same."""
+    rng = random.Random(11)
+    for _ in range(400):
+        raw = json.dumps(random_group(rng), indent=rng.choice([None, 1])).encode()
+        fast = decode_group(raw)
+        slow = _from_model(ScoredData.model_validate_json(raw))
+        assert json.loads(fast.data) == json.loads(slow.data), raw
+        assert (fast.token_lengths, fast.mask_lengths, fast.scores, fast.env_id) == (
+            slow.token_lengths,
+            slow.mask_lengths,
+            slow.scores,
+            slow.env_id,
+        )
+        assert content_problems(fast) == content_problems(slow)
+
+
+def test_list_decoding_matches_single_decoding():
+    rng = random.Random(3)
+    groups = [random_group(rng) for _ in range(20)]
+    listed = decode_group_list(json.dumps(groups).encode())
+    single = [decode_group(json.dumps(g).encode()) for g in groups]
+    assert [g.data for g in listed] == [g.data for g in single]
