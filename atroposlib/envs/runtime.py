@@ -292,7 +292,7 @@ class ServeRuntimeMixin:
             self.env_id = None
             await self.register_env()
             return False
-        except ApiUnavailable as exc:
+        except Exception as exc:  # ApiUnavailable, or a malformed answer: back off and try again
             self._status_failures += 1
             delay = backoff_delay(self._status_failures)
             logger.warning(

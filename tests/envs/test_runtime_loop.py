@@ -160,3 +160,35 @@ async def test_env_registers_again_when_the_api_forgets_it(api, tiny_model_dir, 
     finally:
         env.request_shutdown("test done")
         await task
+
+
+async def test_item_order_requeued_first_then_backlog_oldest_first(tiny_model_dir, tmp_path):
+    env = make_env(tiny_model_dir, tmp_path, hang_every=1, hang_seconds=60, max_num_workers=4)
+    await env.setup()
+    env.config.batch_size = 8
+    env.status_dict = {"current_step": 1, "queue_size": 0, "self_queue_size": 0, "max_group_size": 2}
+    env.backlog.extend([101, 102])
+    env._requeued.append((100, 1))
+    env.next_item = 1
+    await env.add_train_workers()
+    started = sorted(env.running_items.values(), key=lambda e: e["start_time"])
+    assert [e["item"] for e in started] == [100, 101, 102, 1]
+    assert [e["attempts"] for e in started] == [1, 0, 0, 0]
+    for w in env.workers:
+        w.cancel()
+
+
+async def test_worker_without_an_entry_is_a_warning_not_a_crash(tiny_model_dir, tmp_path, caplog):
+    env = make_env(tiny_model_dir, tmp_path)
+    assert await env.handle_env("no-such-uuid") is None
+    assert "has no item" in caplog.text
+
+
+async def test_shutdown_while_waiting_for_the_trainer(api, tiny_model_dir, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="atroposlib.envs.base")
+    env = make_env(tiny_model_dir, tmp_path, rollout_server_url=api.url)
+    task = asyncio.create_task(env.env_manager())
+    await wait_until(lambda: "waiting for the trainer to start" in caplog.text)
+    env.request_shutdown("test")
+    await asyncio.wait_for(task, 10)
+    assert env.env_id is None and "stopped: 0 groups sent" in caplog.text
