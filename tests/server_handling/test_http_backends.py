@@ -54,6 +54,21 @@ async def test_openai_server_chat_and_completion(scripted):
     await server.close()
 
 
+async def test_response_messages_can_be_sent_back(scripted):
+    server = make_fast(OpenAIServer(config_for(scripted)))
+    first = await server.chat_completion(messages=USER)
+    history = USER + [first.choices[0].message, {"role": "user", "content": "more"}]
+    second = await server.chat_completion(messages=history, extra_body={"top_k": 3})
+    assert second.choices[0].message.content == "reply 0: more"
+    body = generation_requests(scripted)[-1]["body"]
+    assert (
+        body["messages"][1]["role"] == "assistant"
+        and body["messages"][1]["content"] == "reply 0: hello there"
+    )
+    assert body["top_k"] == 3 and "extra_body" not in body
+    await server.close()
+
+
 async def test_server_that_ignores_n(scripted):
     scripted.control(ignore_n=True)
     server = make_fast(OpenAIServer(config_for(scripted)))

@@ -69,19 +69,30 @@ class HTTPClient:
             except RuntimeError:
                 pass
 
-    async def post_json(self, url: str, payload: dict[str, Any], timeout: float | None = None) -> Any:
+    async def post_json(
+        self,
+        url: str,
+        payload: dict[str, Any],
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
         """POST ``payload`` as JSON and return the decoded JSON answer.
+
+        Pydantic objects inside ``payload`` (e.g. a previous answer's message) are serialised with
+        ``model_dump``. ``headers`` are added to (and override) the session's.
 
         Raises:
             BackendHTTPError: the server answered with status >= 400.
             BackendProtocolError: the answer was not valid JSON.
             aiohttp.ClientError / asyncio.TimeoutError: transport failures.
         """
-        data = orjson.dumps(payload)
+        data = orjson.dumps(payload, default=_json_default)
         async with self.session().post(
             url,
             data=data,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **(headers or {})},
+            params=params,
             timeout=aiohttp.ClientTimeout(total=timeout or self.timeout),
         ) as response:
             body = await response.read()
@@ -100,6 +111,14 @@ class HTTPClient:
         async with self.session().get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             await response.read()
             return response.status
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json", exclude_unset=True)
+    if isinstance(obj, (set, frozenset)):
+        return list(obj)
+    raise TypeError(f"cannot serialise {type(obj).__name__} as JSON")
 
 
 def _decode(url: str, status: int, body: bytes) -> Any:
