@@ -288,3 +288,34 @@ async def test_managed_server_can_be_pinned_by_base_url(tiny_tokenizer):
 def test_self_hosted_backends_need_a_base_url(kind):
     with pytest.raises(ValueError, match=f"server_type '{kind}' needs base_url"):
         ServerManager(APIServerConfig(model_name="m", server_type=kind))
+
+
+async def test_waiting_requests_are_woken_one_per_free_slot():
+    manager = ServerManager(harness_config("a", capacity=2), server_class=SlowHarness)
+    manager.servers[0].delay = 0.001
+    original = manager._select
+    calls = 0
+
+    def counting(is_training):
+        nonlocal calls
+        calls += 1
+        return original(is_training)
+
+    manager._select = counting
+    replies = await asyncio.gather(
+        *[manager.chat_completion(messages=[{"role": "user", "content": "x"}]) for _ in range(200)]
+    )
+    assert len(replies) == 200
+    assert calls < 4 * 200, f"{calls} routing attempts for 200 requests: waiters are woken in bulk"
+
+
+async def test_cancelled_waiter_passes_its_wake_up_on():
+    manager = ServerManager(harness_config("a", capacity=1), server_class=ServerHarness)
+    sem = manager.servers[0].sem
+    await sem.acquire()
+    first = asyncio.create_task(manager.wait_for_sem(True))
+    second = asyncio.create_task(manager.wait_for_sem(True))
+    await asyncio.sleep(0.01)
+    sem.release()  # wakes `first` only
+    first.cancel()
+    await asyncio.wait_for(second, 1)

@@ -25,6 +25,7 @@ alone only supplies the URL.
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import logging
 import math
@@ -125,6 +126,8 @@ class ServerManager:
         )
         self.tool_parser = tool_parser
         self._next = 0
+        self._watched: set[int] = set()
+        self._waiters: dict[bool, collections.deque] = {True: collections.deque(), False: collections.deque()}
         if testing:
             self.servers: list[APIServer] = [
                 ServerHarness(config=self._harness_config(configs), reasoning_config=reasoning_config)
@@ -218,18 +221,39 @@ class ServerManager:
         self._next = (best_index + 1) % count
         return self.servers[best_index]
 
+    def _watch_servers(self) -> None:
+        """Subscribe to slot releases, weight and health changes of every (possibly new) server."""
+        for server in self.servers:
+            if id(server) not in self._watched:
+                server.add_listener(self._on_capacity_change)
+                self._watched.add(id(server))
+
+    def _on_capacity_change(self) -> None:
+        """Wake as many queued requests (oldest first) as there are free slots on healthy servers."""
+        for is_training, queue in self._waiters.items():
+            if not queue:
+                continue
+            budget = sum(self._free_slots(s, is_training) for s in self.servers if s.server_healthy)
+            while queue and budget >= 1:
+                fut = queue.popleft()
+                if not fut.done():
+                    fut.set_result(None)
+                    budget -= 1
+
     async def _wait_for_server(self, is_training: bool) -> APIServer:
+        """A server with a free slot for the split, waiting (FIFO, event driven) when all are busy."""
         server = self._select(is_training)
         if server is not None:
             return server
+        self._watch_servers()
         loop = asyncio.get_running_loop()
-        changed = asyncio.Event()
-        for s in self.servers:
-            s.add_listener(changed.set)
+        queue = self._waiters[is_training]
         unhealthy_since: Optional[float] = None
-        try:
-            while True:
-                changed.clear()  # before looking, so a change from here on is not missed
+        while True:
+            fut = loop.create_future()
+            queue.append(fut)
+            try:
+                # Look again after queueing, so a release from here on wakes us.
                 server = self._select(is_training)
                 if server is not None:
                     return server
@@ -249,13 +273,18 @@ class ServerManager:
                     timeout = min(timeout, limit - (now - unhealthy_since))
                 else:
                     unhealthy_since = None
-                try:
-                    await asyncio.wait_for(changed.wait(), timeout=timeout)
-                except asyncio.TimeoutError:
-                    pass
-        finally:
-            for s in self.servers:
-                s.remove_listener(changed.set)
+                await asyncio.wait({fut}, timeout=timeout)
+            except BaseException:
+                if fut.done() and not fut.cancelled():
+                    self._on_capacity_change()  # pass our wake-up on to the next request
+                raise
+            finally:
+                if not fut.done():
+                    fut.cancel()
+                    try:
+                        queue.remove(fut)
+                    except ValueError:
+                        pass
 
     async def wait_for_sem(self, is_training: bool) -> None:
         """Wait until some healthy server has a free training (or evaluation) slot.
