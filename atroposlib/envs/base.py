@@ -41,6 +41,7 @@ from atroposlib.envs.server_handling.server_baseline import (
     ServerBaseline,
 )
 from atroposlib.envs.server_handling.server_manager import ServerManager, ServerManagerConfig
+from atroposlib.envs.tokenizer_compat import ensure_token_list_chat_template
 from atroposlib.envs.wandb_logging import WandbLoggingMixin
 from atroposlib.type_definitions import UUID, Item, Message
 
@@ -50,13 +51,15 @@ ServerConfigs = Union[ServerBaseline, APIServerConfig, list]
 
 
 def load_tokenizer(name: str) -> Any:
-    """``AutoTokenizer.from_pretrained(name)`` (a hub name or a local directory)."""
+    """``AutoTokenizer.from_pretrained(name)`` (a hub name or a local directory) whose ``apply_chat_template``
+    returns token-id lists as under transformers 4.x (see :mod:`atroposlib.envs.tokenizer_compat`)."""
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(name)
+        tokenizer = AutoTokenizer.from_pretrained(name)
     except Exception as exc:
         raise RuntimeError(f"could not load tokenizer {name!r} (tokenizer_name): {exc}") from exc
+    return ensure_token_list_chat_template(tokenizer)
 
 
 class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineModesMixin, ABC):

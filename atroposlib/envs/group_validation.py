@@ -63,6 +63,8 @@ class GroupProblem:
 
 
 def _json_default(value: Any) -> Any:
+    if hasattr(value, "keys") and "input_ids" in value:  # a tokenizer's BatchEncoding where ids belong
+        return value["input_ids"]
     for attr in ("tolist", "model_dump", "item"):
         fn = getattr(value, attr, None)
         if callable(fn):

@@ -281,3 +281,17 @@ def test_public_import_surface():
 
     assert B is base.BaseEnv and G is base.ScoredDataGroup and envs.EvalHandlingEnum is base.EvalHandlingEnum
     assert issubclass(BaseEnv, object) and BaseEnv.cli.__self__ is BaseEnv
+
+
+def test_tokenizer_chat_template_returns_token_lists(tiny_model_dir, tmp_path):
+    env = make_env(tiny_model_dir, tmp_path)
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "42"}]
+    ids = env.tokenizer.apply_chat_template(chat)
+    assert isinstance(ids, list) and all(isinstance(t, int) for t in ids)
+    assert ids == env.tokenizer.encode(
+        env.tokenizer.apply_chat_template(chat, tokenize=False), add_special_tokens=False
+    )
+    prompt = env.tokenizer.apply_chat_template(chat[:1], add_generation_prompt=True)
+    assert ids[: len(prompt)] == prompt and len(prompt) < len(ids)
+    assert "input_ids" in env.tokenizer.apply_chat_template(chat, return_dict=True)
+    assert isinstance(env.tokenizer.apply_chat_template(chat, tokenize=False), str)
