@@ -1,0 +1,578 @@
+"""The one-command CPU demo: GRPO visibly teaches a tiny local model arithmetic.
+
+``python -m example_trainer.demo`` (or ``bash scripts/demo.sh``, which installs first) runs, on loopback:
+
+1. the tiny local Qwen2 model (built offline in seconds; nothing comes from a model hub);
+2. a short supervised warm start on problems from the arithmetic environment's training split, or the
+   cached result of an earlier run with the same settings;
+3. held-out accuracy of the warm-started model (the environment's evaluation split, greedy decoding);
+4. ``run-api`` (temporary data dir), the trainer (``python -m example_trainer.grpo``, which starts the
+   vLLM server and reloads it in place with the new weights after every step) and the arithmetic
+   environment in ``serve`` mode, each as its own process, until the trainer has done ``--steps`` steps;
+5. held-out accuracy of the final checkpoint, on the same problems with the same decoding;
+
+and ends with exactly one line ``held-out accuracy: A0 -> A1 (N steps, T s)``. Every process is
+stopped by its own pid, also on Ctrl-C (exit status 130) or a failure (exit status 1, with the tail
+of the failing process's log). Logs, checkpoints, evaluation samples and ``summary.json`` (with the
+timing breakdown) are kept in the run directory, whose path is printed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticUndefined
+
+from example_trainer.demo_processes import ServiceProcess, log_tail, wait_http_ok
+
+PROG = "python -m example_trainer.demo"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server.py"
+logger = logging.getLogger("atropos-demo")
+
+
+class DemoConfig(BaseModel):
+    """Every setting of the demo; the command line uses the same names with dashes."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    # --- run ------------------------------------------------------------------------------------
+    steps: int = Field(40, ge=1, description="GRPO optimizer steps")
+    eval_size: int = Field(256, ge=1, description="held-out problems (the environment's eval split)")
+    seed: int = Field(0, description="seed of the task, the warm start and the trainer")
+    run_dir: str | None = Field(None, description="logs, checkpoints, summary (default runs/demo-<time>)")
+    cache_dir: str | None = Field(
+        None, description="warm-start cache (default $ATROPOS_CACHE_DIR/demo or ~/.cache/atroposlib/demo)"
+    )
+    model: str | None = Field(None, description="local model directory (default: the tiny local model)")
+    keep_checkpoints: bool = Field(False, description="keep every step_N checkpoint, not only the final one")
+    timeout: float = Field(1800.0, gt=0, description="give up (and stop everything) after this many seconds")
+
+    # --- task -----------------------------------------------------------------------------------
+    min_digits: int = Field(1, ge=1, le=6, description="fewest digits per operand")
+    max_digits: int = Field(2, ge=1, le=6, description="most digits per operand")
+    operations: list[Literal["+", "-", "*"]] = Field(default_factory=lambda: ["+"], description="operators")
+
+    # --- supervised warm start --------------------------------------------------------------------
+    sft_steps: int = Field(300, ge=0, description="warm-start steps (0: start GRPO from the base model)")
+    sft_batch_size: int = Field(64, ge=1, description="warm-start examples per step")
+    sft_lr: float = Field(3e-3, gt=0, description="warm-start peak learning rate")
+
+    # --- GRPO -----------------------------------------------------------------------------------
+    group_size: int = Field(8, ge=2, description="rollouts per problem")
+    batch_size: int = Field(64, ge=2, description="sequences per optimizer step")
+    lr: float = Field(1e-4, gt=0, description="GRPO learning rate")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
+    clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range")
+    max_answer_tokens: int = Field(8, ge=1, description="generation budget per reply")
+    refresh_mode: Literal["reload", "restart"] = Field(
+        "reload", description="refresh vLLM in place (reload) or by restarting it"
+    )
+    vllm_startup_timeout: float = Field(600.0, gt=0, description="seconds to wait for vLLM's /health")
+
+    @field_validator("operations", mode="before")
+    @classmethod
+    def _split_operations(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [op for op in value.replace(",", " ").split() if op]
+        return value
+
+    def task_settings(self) -> dict[str, Any]:
+        """``ArithmeticTask`` arguments shared by the warm start, the environment and the evaluation."""
+        return {
+            "min_digits": self.min_digits,
+            "max_digits": self.max_digits,
+            "operations": list(self.operations),
+            "seed": self.seed,
+            "eval_size": self.eval_size,
+        }
+
+    def resolved_run_dir(self) -> Path:
+        if self.run_dir:
+            return Path(self.run_dir)
+        return Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+
+    def resolved_cache_dir(self) -> Path:
+        if self.cache_dir:
+            return Path(self.cache_dir)
+        from atroposlib.testing.tiny_model import default_cache_dir
+
+        return default_cache_dir() / "demo"
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+# ---------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """Flags named after :class:`DemoConfig` fields (``--eval-size`` for ``eval_size``)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="One-command CPU demo: warm start, GRPO with vLLM and the arithmetic environment, "
+        "held-out accuracy before and after.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for name, info in DemoConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        default = None if info.default is PydanticUndefined else info.default
+        if info.default_factory is not None:
+            default = info.default_factory()
+        kwargs: dict[str, Any] = {"dest": name, "default": default, "help": info.description or " "}
+        if info.annotation is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif name == "operations":
+            kwargs["nargs"] = "+"
+        elif info.annotation in (int, float):
+            kwargs["type"] = info.annotation
+        elif name == "refresh_mode":
+            kwargs["choices"] = ["reload", "restart"]
+        parser.add_argument(flag, **kwargs)
+    return parser
+
+
+def config_from_argv(argv: Sequence[str] | None = None) -> DemoConfig:
+    """Parse and validate; raises ``ValidationError`` for bad values (argparse exits 2 on bad flags)."""
+    args = build_parser().parse_args(argv)
+    return DemoConfig(**vars(args))
+
+
+def describe_error(exc: ValidationError) -> str:
+    """One line naming the offending flag(s)."""
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if not isinstance(p, int)]
+        flag = "--" + loc[0].replace("_", "-") if loc else "config"
+        parts.append(f"{flag}: {err.get('msg', 'invalid value').removeprefix('Value error, ')}")
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+# ---------------------------------------------------------------------------------------------
+class DemoFailed(RuntimeError):
+    """A service failed; the message names it and carries the tail of its log."""
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM reached the demo."""
+
+
+@dataclass
+class Timings:
+    """Seconds per phase, in the order they ran."""
+
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
+
+
+def free_port() -> int:
+    from atroposlib.testing.api_process import free_port as _free
+
+    return _free()
+
+
+def format_final_line(before: float, after: float, steps: int, seconds: float) -> str:
+    """``held-out accuracy: 0.31 -> 0.58 (40 steps, 412 s)``."""
+    return f"held-out accuracy: {before:.2f} -> {after:.2f} ({steps} steps, {seconds:.0f} s)"
+
+
+class Demo:
+    """Runs the demo for one :class:`DemoConfig`; :meth:`run` returns the process exit status."""
+
+    def __init__(self, config: DemoConfig, console: Any) -> None:
+        self.config = config
+        self.console = console
+        self.run_dir = config.resolved_run_dir().resolve()
+        self.logs = self.run_dir / "logs"
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.timings = Timings()
+        self.services: list[ServiceProcess] = []
+        self.api: Any = None
+        self.trainer: ServiceProcess | None = None
+        self.env: ServiceProcess | None = None
+        self.vllm_port = free_port()
+        self.summary: dict[str, Any] = {"config": config.model_dump()}
+        self._tmp = tempfile.TemporaryDirectory(prefix="atropos-demo-api-")
+        self._stopped = False
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+
+    # --- small helpers ------------------------------------------------------------------------
+    def say(self, message: str) -> None:
+        self.console.print(message)
+
+    def _task(self) -> Any:
+        from environments.arithmetic_server import ArithmeticTask
+
+        return ArithmeticTask(**self.config.task_settings())
+
+    # --- phases ---------------------------------------------------------------------------------
+    def prepare_model(self, progress: Any) -> Path:
+        """Base model (tiny model unless ``--model``), then the warm start (trained or from the cache)."""
+        from example_trainer.sft_warmstart import SftSettings, warm_start
+
+        cfg = self.config
+        with self.timings.phase("base model"):
+            if cfg.model:
+                base = Path(cfg.model)
+            else:
+                from atroposlib.testing.tiny_model import build_tiny_model
+
+                base = build_tiny_model()
+        settings = SftSettings(
+            steps=cfg.sft_steps, batch_size=cfg.sft_batch_size, lr=cfg.sft_lr, seed=cfg.seed
+        )
+        task = progress.add_task("warm start (supervised)", total=max(cfg.sft_steps, 1))
+
+        def on_step(step: int, loss: float) -> None:
+            progress.update(task, completed=step + 1, description=f"warm start (loss {loss:.3f})")
+
+        with self.timings.phase("warm start"):
+            model_dir, cached = warm_start(
+                base, cfg.task_settings(), settings, cfg.resolved_cache_dir(), on_step=on_step
+            )
+        progress.update(task, completed=max(cfg.sft_steps, 1), description="warm start")
+        progress.remove_task(task)
+        how = "loaded from the cache" if cached else f"trained ({cfg.sft_steps} steps)"
+        self.say(f"warm start {how}: {model_dir}")
+        self.summary.update(base_model=str(base), warm_model=str(model_dir), warm_start_cached=cached)
+        return model_dir
+
+    def evaluate(self, model_dir: Path, label: str) -> float:
+        from example_trainer.heldout_eval import evaluate_model_dir
+
+        with self.timings.phase(f"eval {label}"):
+            result = evaluate_model_dir(model_dir, self._task(), max_new_tokens=self.config.max_answer_tokens)
+        with open(self.run_dir / f"eval_{label}.jsonl", "w") as fh:
+            for s in result.samples:
+                fh.write(json.dumps(s.__dict__) + "\n")
+        self.say(f"held-out accuracy {label} GRPO: {result.accuracy:.3f} ({result.correct}/{result.total})")
+        return result.accuracy
+
+    def start_api(self) -> None:
+        from atroposlib.testing.api_process import ApiProcess
+
+        with self.timings.phase("start run-api"):
+            self.api = ApiProcess(
+                port=free_port(),
+                data_dir=Path(self._tmp.name),
+                args=[],
+                log_path=self.logs / "run-api.log",
+            )
+            self.logs.mkdir(parents=True, exist_ok=True)
+            self.api.start(timeout=60)
+
+    def trainer_command(self, model_dir: Path) -> list[str]:
+        cfg = self.config
+        return [
+            sys.executable, "-m", "example_trainer.grpo",
+            "--model", str(model_dir),
+            "--atropos-url", self.api.url,
+            "--training-steps", str(cfg.steps),
+            "--batch-size", str(cfg.batch_size),
+            "--gradient-accumulation-steps", "1",
+            "--lr", str(cfg.lr),
+            "--clip-eps", str(cfg.clip_eps),
+            "--optimizer", "adamw",
+            "--device", "cpu",
+            "--seed", str(cfg.seed),
+            "--seq-len", "256",
+            "--save-path", str(self.ckpt_dir),
+            "--checkpoint-interval", "0",
+            "--vllm-restart-interval", "1",
+            "--refresh-mode", cfg.refresh_mode,
+            "--vllm-port", str(self.vllm_port),
+            "--dtype", "float32",
+            "--max-model-len", "256",
+            "--vllm-enforce-eager",
+            "--vllm-startup-timeout", str(cfg.vllm_startup_timeout),
+            "--log-dir", str(self.logs),
+            "--plot-path", str(self.run_dir / "training_curves.png"),
+        ]  # fmt: skip
+
+    def env_command(self, model_dir: Path) -> list[str]:
+        cfg = self.config
+        return [
+            sys.executable, str(ENV_SCRIPT), "serve",
+            "--env.tokenizer_name", str(model_dir),
+            "--env.rollout_server_url", self.api.url,
+            "--env.group_size", str(cfg.group_size),
+            "--env.batch_size", str(cfg.batch_size),
+            "--env.total_steps", str(cfg.steps),
+            "--env.max_token_length", "256",
+            "--env.steps_per_eval", "0",
+            "--env.use_wandb", "false",
+            "--env.max_batches_offpolicy", "1",
+            "--env.shutdown_timeout", "5",
+            "--env.min_digits", str(cfg.min_digits),
+            "--env.max_digits", str(cfg.max_digits),
+            "--env.operations", json.dumps(list(cfg.operations)),
+            "--env.seed", str(cfg.seed),
+            "--env.eval_size", str(cfg.eval_size),
+            "--env.temperature", str(cfg.temperature),
+            "--env.max_answer_tokens", str(cfg.max_answer_tokens),
+            "--env.unsent_groups_path", str(self.run_dir / "unsent_groups.jsonl"),
+            "--openai.base_url", f"http://127.0.0.1:{self.vllm_port}/v1",
+            "--openai.model_name", str(model_dir),
+            "--openai.server_type", "vllm",
+        ]  # fmt: skip
+
+    def start_services(self, model_dir: Path) -> None:
+        """run-api, then the trainer (it starts vLLM) and the environment."""
+        self.start_api()
+        child_env = {
+            "WANDB_MODE": "offline",
+            "WANDB_SILENT": "true",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.trainer = ServiceProcess(
+            "trainer",
+            self.trainer_command(model_dir),
+            self.logs / "trainer.log",
+            env=child_env,
+            cwd=REPO_ROOT,
+        ).start()
+        self.services.append(self.trainer)
+        self.env = ServiceProcess(
+            "environment",
+            self.env_command(model_dir),
+            self.logs / "environment.log",
+            env=child_env,
+            cwd=REPO_ROOT,
+        ).start()
+        self.services.append(self.env)
+
+    def _check_services(self) -> None:
+        """Raise :class:`DemoFailed` if a service died before its time."""
+        if self.api is not None and self.api.proc is not None and self.api.proc.poll() is not None:
+            raise DemoFailed(f"run-api exited with {self.api.proc.returncode}:\n{self.api.log_tail()}")
+        if self.env is not None and not self.env.alive() and self.env.returncode != 0:
+            raise DemoFailed(f"the environment exited with {self.env.returncode}:\n{self.env.tail()}")
+        if self.trainer is not None and not self.trainer.alive() and self.trainer.returncode != 0:
+            vllm_logs = sorted(self.logs.glob("vllm_*.log"))
+            extra = f"\n--- {vllm_logs[-1]} ---\n{log_tail(vllm_logs[-1], 20)}" if vllm_logs else ""
+            raise DemoFailed(
+                f"the trainer exited with {self.trainer.returncode}:\n{self.trainer.tail()}{extra}"
+            )
+
+    def _deadline_check(self, started: float) -> None:
+        if time.monotonic() - started > self.config.timeout:
+            raise DemoFailed(f"gave up after --timeout {self.config.timeout:.0f} s (logs in {self.logs})")
+
+    def wait_for_vllm(self, progress: Any, started: float) -> None:
+        task = progress.add_task("starting vLLM (about a minute on CPU)", total=None)
+        with self.timings.phase("vLLM start-up"):
+            url = f"http://127.0.0.1:{self.vllm_port}/health"
+            while not wait_http_ok(url, 1.0, interval=0.5):
+                self._check_services()
+                self._deadline_check(started)
+                for svc in self.services:
+                    svc.record_descendants()
+        progress.remove_task(task)
+
+    def run_grpo(self, progress: Any, started: float) -> int:
+        """Follow the trainer's metrics until it exits; returns the number of steps it completed."""
+        cfg = self.config
+        metrics_path = self.ckpt_dir / "metrics.jsonl"
+        task = progress.add_task("GRPO", total=cfg.steps)
+        step, offset, rewards = 0, 0, []
+        with self.timings.phase("GRPO"):
+            while self.trainer is not None and self.trainer.alive():
+                time.sleep(0.5)
+                self._check_services()
+                self._deadline_check(started)
+                for svc in self.services:
+                    svc.record_descendants()
+                if self.env is not None and self.env.alive() and self._api_step() >= cfg.steps:
+                    # Every batch the trainer needs exists: stop generating (and free vLLM's
+                    # connections, so that the trainer can stop vLLM at once when it is done).
+                    self.env.stop(timeout=15)
+                offset, records = _read_new_records(metrics_path, offset)
+                for rec in records:
+                    if "train/reward_mean" in rec:
+                        step = max(step, int(rec["step"]))
+                        rewards.append(float(rec["train/reward_mean"]))
+                if records and rewards:
+                    progress.update(
+                        task, completed=step, description=f"GRPO (batch reward {rewards[-1]:.2f})"
+                    )
+                    if not cfg.keep_checkpoints:
+                        _prune_checkpoints(self.ckpt_dir, keep_after=step - 2)
+            self._check_services()
+        _, records = _read_new_records(metrics_path, offset)
+        for rec in records:
+            if "train/reward_mean" in rec:
+                step = max(step, int(rec["step"]))
+                rewards.append(float(rec["train/reward_mean"]))
+        progress.update(task, completed=step)
+        progress.remove_task(task)
+        self.summary["batch_reward_mean"] = rewards
+        return step
+
+    def _api_step(self) -> int:
+        """The API's step counter (batches formed so far); -1 when it cannot be read."""
+        import requests
+
+        try:
+            return int(requests.get(f"{self.api.url}/status", timeout=2).json()["current_step"])
+        except (requests.RequestException, ValueError, KeyError, TypeError):
+            return -1
+
+    def stop_services(self) -> None:
+        """Trainer first (it stops vLLM), then the environment, then run-api; all by their own pids.
+
+        Idempotent: a second call finds nothing left to stop."""
+        if self._stopped:
+            return
+        self._stopped = True
+        with self.timings.phase("shutdown"):
+            for svc in (self.trainer, self.env):
+                if svc is not None:
+                    svc.stop(timeout=60 if svc is self.trainer else 15)
+            if self.api is not None:
+                self.api.stop()
+            self._tmp.cleanup()
+
+    def run(self, progress: Any) -> tuple[float, float, int]:
+        """All phases; returns (accuracy before, accuracy after, GRPO steps done)."""
+        started = time.monotonic()
+        model_dir = self.prepare_model(progress)
+        try:
+            self.start_services(model_dir)
+            # The warm-started model is evaluated while vLLM boots (the services wait for it anyway).
+            before = self.evaluate(model_dir, "before")
+            self.wait_for_vllm(progress, started)
+            steps = self.run_grpo(progress, started)
+        finally:
+            self.stop_services()
+        final = self.ckpt_dir / "final_model"
+        if steps < self.config.steps or not final.is_dir():
+            raise DemoFailed(
+                f"the trainer stopped after {steps} of {self.config.steps} steps:\n{self.trainer.tail()}"
+            )
+        after = self.evaluate(final, "after")
+        if not self.config.keep_checkpoints:
+            _prune_checkpoints(self.ckpt_dir, keep_after=None)
+        return before, after, steps
+
+
+def _read_new_records(path: Path, offset: int) -> tuple[int, list[dict[str, Any]]]:
+    """JSON lines appended to ``path`` since byte ``offset`` (complete lines only); new offset."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except OSError:
+        return offset, []
+    end = data.rfind(b"\n") + 1
+    records = []
+    for line in data[:end].splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return offset + end, records
+
+
+def _prune_checkpoints(ckpt_dir: Path, keep_after: int | None) -> None:
+    """Delete ``step_N`` checkpoints with ``N <= keep_after`` (all of them when None)."""
+    for path in ckpt_dir.glob("step_*"):
+        suffix = path.name.removeprefix("step_")
+        if suffix.isdigit() and (keep_after is None or int(suffix) <= keep_after):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _raise_interrupted(signum: int, _frame: Any) -> None:
+    # Once: the first signal starts the orderly shutdown; later ones are ignored so it can finish.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the demo; exit status 0 (done), 1 (a service failed), 2 (bad flags), 130 (interrupted)."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_argv(argv)
+    except ValidationError as exc:
+        print(f"{PROG}: error: {describe_error(exc)}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    console = Console(stderr=True, highlight=False)
+    t0 = time.perf_counter()
+    signal.signal(signal.SIGINT, _raise_interrupted)
+    signal.signal(signal.SIGTERM, _raise_interrupted)
+    demo = Demo(config, console)
+    print(f"run directory: {demo.run_dir}", flush=True)
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    status = 0
+    try:
+        with Progress(*columns, console=console, transient=True) as progress:
+            before, after, steps = demo.run(progress)
+    except Interrupted as exc:
+        console.print(f"{exc} received: every process was stopped; logs in {demo.logs}")
+        status = 130
+    except DemoFailed as exc:
+        console.print(f"[red]demo failed:[/red] {exc}")
+        console.print(f"logs in {demo.logs}")
+        status = 1
+    finally:
+        demo.stop_services()
+    elapsed = time.perf_counter() - t0
+    demo.summary["timings_s"] = {k: round(v, 2) for k, v in demo.timings.phases.items()}
+    demo.summary["total_s"] = round(elapsed, 2)
+    if status == 0:
+        demo.summary.update(accuracy_before=before, accuracy_after=after, steps=steps)
+    demo.summary["exit_status"] = status
+    with open(demo.run_dir / "summary.json", "w") as fh:
+        json.dump(demo.summary, fh, indent=2)
+    if status != 0:
+        return status
+    breakdown = ", ".join(f"{k} {v:.0f} s" for k, v in demo.timings.phases.items())
+    print(f"time: {breakdown}", flush=True)
+    print(format_final_line(before, after, steps, elapsed), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
