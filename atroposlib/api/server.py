@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import time
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,7 +31,15 @@ from starlette.responses import Response
 
 from atroposlib.api.auth import ApiKeyMiddleware
 from atroposlib.api.config import ApiConfig
-from atroposlib.api.limits import RequestBodyMiddleware
+from atroposlib.api.fastpath import (
+    FastPathMiddleware,
+    Outcome,
+    error_outcome,
+    ingest_many,
+    ingest_one,
+    serve_batch,
+)
+from atroposlib.api.limits import BodyLimits, RequestBodyMiddleware
 from atroposlib.api.logs import event
 from atroposlib.api.memory_store import MemoryStore
 from atroposlib.api.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -40,7 +47,6 @@ from atroposlib.api.metrics import ApiMetrics
 from atroposlib.api.responses import json_response, raw_json_response
 from atroposlib.api.schemas import BatchAck, EnvIdentifier, RegisterEnv, Registration, ScoredData
 from atroposlib.api.state import (
-    NOT_REGISTERED_MESSAGE,
     NotRegistered,
     QueueFull,
     TrajectoryState,
@@ -50,9 +56,6 @@ from atroposlib.api.state import (
 from atroposlib.api.store import SqliteStore, Store
 from atroposlib.api.validation import (
     InvalidRequest,
-    check_groups,
-    decode_group,
-    decode_group_list,
     decode_model,
     small_input,
 )
@@ -69,7 +72,6 @@ JSON_BODY_PATHS = (
     "/status-env",
     "/batch/ack",
 )
-_NULL_BATCH = b'{"batch":null}'
 
 
 def _body(schema: dict[str, Any]) -> dict[str, Any]:
@@ -152,16 +154,40 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
     )
     if config.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
+    # Outermost: answers the hot endpoints without the framework's per-request layers.
+    app.add_middleware(
+        FastPathMiddleware,
+        get_state=lambda: app.state.trajectory,
+        metrics=metrics,
+        limits=BodyLimits(config.max_body_bytes, config.max_inflated_bytes),
+        api_key=config.api_key,
+        retry_after=config.retry_after_seconds,
+    )
 
     def state_of(request: Request) -> TrajectoryState:
         return request.app.state.trajectory
 
     # ------------------------------------------------------------------ error mapping
 
+    def to_response(outcome: Outcome) -> Response:
+        return Response(
+            outcome.body,
+            status_code=outcome.status,
+            headers={k.decode(): v.decode() for k, v in outcome.headers},
+            media_type=outcome.content_type.decode(),
+        )
+
     @app.exception_handler(InvalidRequest)
     async def _invalid(request: Request, exc: InvalidRequest) -> Response:
-        reject(exc.errors[0]["type"] if exc.errors else "invalid")
-        return json_response({"detail": exc.errors}, status_code=422)
+        return to_response(error_outcome(exc, metrics, config.retry_after_seconds))
+
+    @app.exception_handler(QueueFull)
+    async def _full(request: Request, exc: QueueFull) -> Response:
+        return to_response(error_outcome(exc, metrics, config.retry_after_seconds))
+
+    @app.exception_handler(sqlite3.Error)
+    async def _storage(request: Request, exc: sqlite3.Error) -> Response:
+        return to_response(error_outcome(exc, metrics, config.retry_after_seconds))
 
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -171,14 +197,6 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
             {**err, "input": small_input(err.get("input"))} if "input" in err else err for err in exc.errors()
         ]
         return json_response({"detail": errors}, status_code=422)
-
-    @app.exception_handler(QueueFull)
-    async def _full(request: Request, exc: QueueFull) -> Response:
-        reject("queue_full")
-        retry = str(config.retry_after_seconds)
-        return json_response(
-            {"detail": f"queue full: {exc}"}, status_code=503, headers={"Retry-After": retry}
-        )
 
     @app.exception_handler(NotRegistered)
     async def _not_registered(request: Request, exc: NotRegistered) -> Response:
@@ -194,17 +212,6 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
     async def _unknown_batch(request: Request, exc: UnknownBatch) -> Response:
         reject("unknown_batch_id")
         return json_response({"detail": str(exc)}, status_code=404)
-
-    @app.exception_handler(sqlite3.Error)
-    async def _storage(request: Request, exc: sqlite3.Error) -> Response:
-        reject("storage_error")
-        logger.error("storage error: %s", exc)
-        retry = str(config.retry_after_seconds)
-        return json_response(
-            {"detail": f"storage error, nothing was changed: {exc}"},
-            status_code=503,
-            headers={"Retry-After": retry},
-        )
 
     # ------------------------------------------------------------------ the original's routes
 
@@ -267,24 +274,7 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
     @app.get("/batch")
     async def get_batch(request: Request) -> Response:
         """The next batch, ``{"batch": null}``, or the not-registered error body (HTTP 200)."""
-        state = state_of(request)
-        started = time.perf_counter()
-        try:
-            served = state.next_batch()
-        except NotRegistered:
-            return json_response({"status": "error", "message": NOT_REGISTERED_MESSAGE, "batch": []})
-        if served is None:
-            return raw_json_response(_NULL_BATCH)
-        metrics.batch_latency.observe(time.perf_counter() - started)
-        event(
-            logger,
-            logging.INFO,
-            f"Sending batch of {served.sequences} sequences",
-            batch_id=served.batch_id,
-            groups=served.groups,
-            step=state.meta.step,
-        )
-        return raw_json_response(served.body)
+        return to_response(serve_batch(state_of(request), metrics, config.retry_after_seconds))
 
     @app.get("/latest_example")
     async def latest_example(request: Request) -> Response:
@@ -293,29 +283,14 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
     @app.post("/scored_data", openapi_extra=_SCORED_DATA_SCHEMA)
     async def scored_data(request: Request) -> Response:
         """Queue one scored group (or buffer it until it completes its env's group size)."""
-        started = time.perf_counter()
-        state = state_of(request)
-        group = decode_group(await request.body())
-        check_groups([group], state.admission_rules(), in_list=False)
-        (result,) = state.ingest([group])
-        metrics.ingest_latency.observe(time.perf_counter() - started)
-        return json_response(result)
+        body = await request.body()
+        return to_response(ingest_one(state_of(request), metrics, body, config.retry_after_seconds))
 
     @app.post("/scored_data_list", openapi_extra=_SCORED_DATA_LIST_SCHEMA)
     async def scored_data_list(request: Request) -> Response:
         """Queue a list of groups, all or nothing (one bad group rejects the list, naming its index)."""
-        started = time.perf_counter()
-        state = state_of(request)
-        groups = decode_group_list(await request.body())
-        check_groups(groups, state.admission_rules(), in_list=True)
-        results = state.ingest(groups) if groups else []
-        response: dict[str, Any] = {"status": "received", "groups_processed": len(groups)}
-        buffered = [r for r in results if r["status"] == "buffered"]
-        if buffered:
-            response["buffered"] = len(buffered)
-            response["last_buffer_size"] = buffered[-1]["buffer_size"]
-        metrics.ingest_latency.observe(time.perf_counter() - started)
-        return json_response(response)
+        body = await request.body()
+        return to_response(ingest_many(state_of(request), metrics, body, config.retry_after_seconds))
 
     @app.get("/status")
     async def status(request: Request) -> Response:
