@@ -48,7 +48,7 @@ def _config(tiny_model_dir, api_url, save_path, **kw) -> TrainingConfig:
 
 def test_few_real_steps_against_the_api(api, tiny_model_dir, tmp_path):
     save = tmp_path / "ck"
-    cfg = _config(tiny_model_dir, api.url, save)
+    cfg = _config(tiny_model_dir, api.url, save, use_wandb=True, wandb_project="atropos-test")
     evals = []
 
     def eval_hook(step, model_dir):
@@ -88,6 +88,7 @@ def test_few_real_steps_against_the_api(api, tiny_model_dir, tmp_path):
     assert metrics[3]["eval/accuracy"] == 1.0 and metrics[0]["eval/accuracy"] == 0.25
     assert all(metrics[s]["train/tokens_per_s"] > 0 for s in (1, 2, 3))
     assert {metrics[s]["train/batch_id"] for s in (1, 2, 3)} == {1, 2, 3}
+    assert list((save / "wandb").glob("offline-run-*")), "wandb should log offline without a key"
     png = result.plot_path
     assert png == save / "training_curves.png" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the final checkpoint is a normal model directory that moved away from the initial weights
@@ -208,3 +209,30 @@ def test_lora_modes_train_and_save_adapters_without_vllm(api, tiny_model_dir, tm
     assert (save / "adapter_step_2" / "adapter_model.safetensors").is_file()
     assert (save / "final_adapter" / "adapter_config.json").is_file()
     assert (save / "tokenizer" / "tokenizer.json").is_file()
+
+
+def test_sigterm_finishes_the_step_saves_and_exits_cleanly(api, tiny_model_dir, tmp_path):
+    save = tmp_path / "ck"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
+    _post_groups(api.url, 4, seed=0)  # two batches, then the trainer waits for data that never comes
+    cmd = _trainer_cmd(tiny_model_dir, api.url, save, 5, extra=("--checkpoint-interval", "0"))
+    with open(tmp_path / "trainer.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+        try:
+            _wait_for(
+                lambda: any(r.get("step") == 2 for r in _metric_lines(save / "metrics.jsonl")),
+                proc,
+                240,
+                "step 2",
+            )
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(120)
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+    output = (tmp_path / "trainer.log").read_text()
+    assert proc.returncode == 0, output[-3000:]
+    assert "stopped at step 2/5" in output
+    assert read_trainer_state(save / "step_2").step == 2
+    assert requests.post(f"{api.url}/batch/replay").json()["batches"] == 0
