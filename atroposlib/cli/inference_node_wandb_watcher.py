@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import netrc
 import os
-import signal
-import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +23,7 @@ import requests
 
 from atroposlib.cli._tooling.client import ApiClient, AuthRejected, resolve_api_key
 from atroposlib.cli._tooling.errors import ToolError, run_cli
+from atroposlib.cli._tooling.signals import stop_on_signals
 
 PROG = "inference-node-wandb-watcher"
 SERVERS_PER_NODE = 8  # GPUs per node; the node runs 8 // tp inference servers
@@ -142,15 +141,12 @@ def watch(args: argparse.Namespace, stop: threading.Event) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stop = threading.Event()
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        print(f"{PROG}: received signal {signum}, finishing", file=sys.stderr, flush=True)
-        stop.set()
+    def body() -> int:
+        with stop_on_signals(announce=PROG) as stop:
+            return watch(args, stop)
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return run_cli(PROG, lambda: watch(args, stop))
+    return run_cli(PROG, body)
 
 
 if __name__ == "__main__":

@@ -132,22 +132,52 @@ class LiveRun:
         }
 
 
-def run_tool(module: str, *args: Any, timeout: float = 120, env: dict[str, str] | None = None) -> Any:
-    """Run ``python -m atroposlib.cli.<module> args...``; asserts it never prints a traceback."""
+def run_tool(
+    module: str,
+    *args: Any,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+    subprocess_: bool = False,
+) -> Any:
+    """Run the tool ``atroposlib.cli.<module>`` with ``args``; asserts it never prints a traceback.
+
+    By default its ``main()`` runs in this process (the same code path as the console script, without
+    re-importing transformers for every call); ``subprocess_=True`` runs ``python -m`` instead.
+    Returns an object with ``returncode``, ``stdout`` and ``stderr``.
+    """
+    import contextlib
+    import importlib
+    import io
     import os
     import subprocess
     import sys
+    import types
 
-    full_env = dict(os.environ)
-    full_env.pop("ATROPOS_API_KEY", None)
-    full_env.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-m", f"atroposlib.cli.{module}", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=full_env,
-    )
+    argv = [str(a) for a in args]
+    if subprocess_:
+        full_env = dict(os.environ)
+        full_env.pop("ATROPOS_API_KEY", None)
+        full_env.update(env or {})
+        proc = subprocess.run(
+            [sys.executable, "-m", f"atroposlib.cli.{module}", *argv],
+            capture_output=True, text=True, timeout=timeout, env=full_env,
+        )  # fmt: skip
+    else:
+        main = importlib.import_module(f"atroposlib.cli.{module}").main
+        saved = dict(os.environ)
+        os.environ.pop("ATROPOS_API_KEY", None)
+        os.environ.update(env or {})
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = main(argv)
+                except SystemExit as exc:  # argparse errors
+                    code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        proc = types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
 

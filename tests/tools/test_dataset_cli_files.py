@@ -7,7 +7,7 @@ from tests.tools.helpers import FIXTURES, free_port_url, read_jsonl, run_tool
 
 def test_sft_from_jsonl_atropos_format(tmp_path, process_jsonl, tiny_model_dir):
     out = tmp_path / "sft.jsonl"
-    proc = run_tool("sft", out, "--input", process_jsonl, "--tokenizer", tiny_model_dir)
+    proc = run_tool("sft", out, "--input", process_jsonl, "--tokenizer", tiny_model_dir, subprocess_=True)
     assert proc.returncode == 0, proc.stderr
     rows = read_jsonl(out)
     # group 1: 1.0 and 0.5 kept; group 2: 1.0, 1.0, 0.8 (top 3, zero dropped); group 3: 0.9, 0.7
@@ -109,7 +109,7 @@ def test_existing_output_is_checked_before_anything_else(tmp_path, process_jsonl
     out = tmp_path / "exists.jsonl"
     out.write_text("keep me\n")
     # an unreachable API and a missing tokenizer would fail too; the file check must come first
-    proc = run_tool("sft", out, "--api-url", free_port_url(), "--tokenizer", "/nonexistent")
+    proc = run_tool("sft", out, "--api-url", free_port_url(), "--tokenizer", "/nonexistent", subprocess_=True)
     assert proc.returncode == 1
     assert "already exists" in proc.stderr and "--append-to-previous" in proc.stderr
     assert out.read_text() == "keep me\n"

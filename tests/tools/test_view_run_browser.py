@@ -56,7 +56,7 @@ def group_text(page) -> str:
     return page.inner_text("#av-group")
 
 
-def wait_text(page, selector: str, text: str, timeout: float = 30_000) -> None:
+def wait_text(page, selector: str, text: str, timeout: float = 90_000) -> None:
     page.wait_for_function(
         "([sel, txt]) => { const el = document.querySelector(sel); return el && el.innerText.includes(txt); }",
         arg=[selector, text],
@@ -162,6 +162,7 @@ def test_view_run_against_a_live_api_is_read_only(tmp_path, page, api, tiny_mode
     finally:
         assert viewer.stop() in (0, -15)
     assert "Traceback" not in viewer.log()
+    assert "gradio.live" not in viewer.log() and "Running on local URL:  http://127.0.0.1:" in viewer.log()
 
 
 def test_view_run_multimodal_shows_the_image(tmp_path, page, api, tiny_model_dir, tiny_tokenizer):
@@ -191,7 +192,7 @@ def test_view_run_multimodal_shows_the_image(tmp_path, page, api, tiny_model_dir
         assert "Score 1" in text and "green" in text and "red" in text
         page.wait_for_function(
             "() => [...document.querySelectorAll('#av-images img')].some(i => i.complete && i.naturalWidth > 0)",
-            timeout=30_000,
+            timeout=90_000,
         )
         sizes = page.eval_on_selector_all(
             "#av-images img", "els => els.map(i => [i.naturalWidth, i.naturalHeight])"

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import random
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -34,6 +32,7 @@ from atroposlib.cli._tooling.client import (
 )
 from atroposlib.cli._tooling.errors import ToolError
 from atroposlib.cli._tooling.formats import FORMATS, GroupView, messages_view, text_view
+from atroposlib.cli._tooling.signals import stop_on_signals
 from atroposlib.cli._tooling.sources import (
     BatchConsumer,
     GroupRecord,
@@ -171,27 +170,6 @@ class _LazyWriter:
             self._fh.close()
 
 
-@contextmanager
-def _stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by SIGTERM/SIGINT, so the loop stops cleanly and keeps what it wrote."""
-    stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-    previous = {}
-
-    def handler(signum: int, _frame: Any) -> None:
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        previous[sig] = signal.signal(sig, handler)
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 @dataclass
 class RunStats:
     """What a generator run did, for the final summary line."""
@@ -268,7 +246,7 @@ def run_generator(args: argparse.Namespace, prog: str, to_records: GroupToRecord
 
     bar = tqdm(total=limit, unit="rec", desc=prog, file=sys.stderr, dynamic_ncols=True)
     try:
-        with _stop_on_signals() as stop:
+        with stop_on_signals() as stop:
             if args.input:
                 for path in args.input:
                     reader = JsonlGroupFile(path)

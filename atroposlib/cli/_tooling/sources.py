@@ -204,6 +204,8 @@ class InspectPoller:
         entries = [e for e in data["groups"] if isinstance(e, dict) and isinstance(e.get("seq"), int)]
         entries.sort(key=lambda e: e["seq"])
         step = data.get("current_step")
+        if entries and self.last_seq is not None and entries[-1]["seq"] < self.last_seq:
+            self.last_seq = 0  # the server's numbering restarted (reset or fresh store): all are new
         first_poll = self.last_seq is None
         fresh = [e for e in entries if self.last_seq is None or e["seq"] > self.last_seq]
         missed = 0
