@@ -136,6 +136,11 @@ class Server:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server process (all threads) so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_bytes(self) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -304,6 +309,7 @@ def queued_memory(server: Server, payloads: list[bytes], groups: int, headers: d
 @dataclass
 class Results:
     ingest: dict[str, dict[int, list[float]]] = field(default_factory=dict)
+    ingest_cpu: dict[str, list[float]] = field(default_factory=dict)
     batch: dict[str, list[float]] = field(default_factory=dict)
     memory: dict[str, float] = field(default_factory=dict)
 
@@ -324,6 +330,10 @@ def report(results: Results, names: list[str], levels: list[int]) -> dict:
         summary["ingest_req_per_s"][level] = dict(zip(names, values, strict=True))
         ratio = f"{values[0] / values[1]:>14.1f}x" if original else ""
         print(f"{f'ingest req/s (conc {level})':28}" + "".join(f"{v:>22.0f}" for v in values) + ratio)
+    cpu = [statistics.median(results.ingest_cpu[n]) * 1000 for n in names]
+    summary["ingest_server_cpu_ms"] = dict(zip(names, cpu, strict=True))
+    ratio = f"{cpu[1] / cpu[0]:>14.1f}x" if original else ""
+    print(f"{'ingest server CPU ms/req':28}" + "".join(f"{v:>22.3f}" for v in cpu) + ratio)
     for label, q in (("/batch p50 (ms)", 0.5), ("/batch p99 (ms)", 0.99)):
         values = [percentile(results.batch[n], q) * 1000 for n in names]
         summary["batch_ms"][label.split()[1]] = dict(zip(names, values, strict=True))
@@ -351,7 +361,9 @@ def report(results: Results, names: list[str], levels: list[int]) -> dict:
               f" at concurrency {best})")  # fmt: skip
         memory_ok = values[0] <= 8
         print(f"  <= 8 bytes RSS per queued token: {values[0]:6.2f}   {'met' if memory_ok else 'NOT met'}")
-        summary["ratios"] = {"batch_p50": batch_ratio, "ingest_worst": ingest_ratio}
+        cpu_ratio = cpu[1] / cpu[0]
+        print(f"  (ingest server CPU per request:  {cpu_ratio:6.1f}x less than the original)")
+        summary["ratios"] = {"batch_p50": batch_ratio, "ingest_worst": ingest_ratio, "ingest_cpu": cpu_ratio}
     return summary
 
 
@@ -396,6 +408,7 @@ def main(argv: list[str] | None = None) -> None:
             names = [s.name for s in started]
             for server in started:
                 results.ingest[server.name] = {level: [] for level in levels}
+                results.ingest_cpu[server.name] = []
                 results.batch[server.name] = []
             log("memory per queued token...")
             for server in started:
@@ -405,7 +418,11 @@ def main(argv: list[str] | None = None) -> None:
                 for level in levels:
                     for server in order:
                         reset_and_register(server)
+                        cpu_before = server.cpu_seconds()
                         rate = asyncio.run(ingest(server.url, payloads, n_requests, level, headers))
+                        results.ingest_cpu[server.name].append(
+                            (server.cpu_seconds() - cpu_before) / n_requests
+                        )
                         results.ingest[server.name][level].append(rate)
                         log(f"round {r + 1}/{rounds} ingest conc {level:>2} {server.name}: {rate:.0f} req/s")
             sessions = {s.name: requests.Session() for s in started}
