@@ -136,7 +136,7 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
     def reject(reason: str) -> None:
         metrics.rejected.labels(reason=reason).inc()
 
-    # Added innermost first: CORS, response gzip, request limits/inflation, then auth (outermost).
+    # Added innermost first: CORS, response gzip, request limits/inflation, auth, then the fast path.
     app.add_middleware(
         CORSMiddleware,
         allow_origins=["*"],
