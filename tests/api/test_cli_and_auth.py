@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -256,3 +257,16 @@ def test_reload_mode_serves(tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
+
+
+def test_structured_json_logs(tmp_path):
+    with launch_api(["--log-format", "json"], data_dir=tmp_path) as api:
+        register(api.url, batch_size=4)
+        post_group(api.url, group(4))
+        get(api.url, "/batch")
+        log_text = api.log_path.read_text()
+    records = [json.loads(line) for line in log_text.splitlines() if line.startswith("{")]
+    by_message = {r["message"]: r for r in records}
+    assert by_message["trainer registered"]["batch_size"] == 4
+    assert by_message["Sending batch of 4 sequences"]["groups"] == 1
+    assert all({"ts", "level", "logger", "message"} <= set(r) for r in records)
