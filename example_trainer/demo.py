@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticUndefined
 
-from example_trainer.demo_processes import ServiceProcess, log_tail, wait_http_ok
+from example_trainer.demo_processes import ServiceProcess, log_tail, process_create_time, wait_http_ok
 
 PROG = "python -m example_trainer.demo"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -369,7 +369,8 @@ class Demo:
         """Raise :class:`DemoFailed` if a service died before its time."""
         if self.api is not None and self.api.proc is not None and self.api.proc.poll() is not None:
             raise DemoFailed(f"run-api exited with {self.api.proc.returncode}:\n{self.api.log_tail()}")
-        if self.env is not None and not self.env.alive() and self.env.returncode != 0:
+        env = self.env
+        if env is not None and not env.stop_requested and not env.alive() and env.returncode != 0:
             raise DemoFailed(f"the environment exited with {self.env.returncode}:\n{self.env.tail()}")
         if self.trainer is not None and not self.trainer.alive() and self.trainer.returncode != 0:
             vllm_logs = sorted(self.logs.glob("vllm_*.log"))
@@ -448,6 +449,13 @@ class Demo:
         if self._stopped:
             return
         self._stopped = True
+        for svc in self.services:
+            svc.record_descendants()
+        processes = {svc.name: sorted(svc.known_processes().items()) for svc in self.services}
+        if self.api is not None and self.api.proc is not None:
+            ctime = process_create_time(self.api.proc.pid)
+            processes["run-api"] = [(self.api.proc.pid, ctime)] if ctime is not None else []
+        self.summary["processes"] = processes
         with self.timings.phase("shutdown"):
             for svc in (self.trainer, self.env):
                 if svc is not None:

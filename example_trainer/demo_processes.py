@@ -50,6 +50,10 @@ class ServiceProcess:
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     #: pid -> start time of every descendant seen so far (see :meth:`record_descendants`).
     descendants: dict[int, float] = field(default_factory=dict, repr=False)
+    #: Set by :meth:`stop`: the process ends because the demo asked it to.
+    stop_requested: bool = False
+    #: Start time of the process (psutil's ``create_time``), None without psutil.
+    create_time: float | None = None
 
     @property
     def pid(self) -> int | None:
@@ -77,6 +81,7 @@ class ServiceProcess:
                 cwd=self.cwd,
                 start_new_session=True,
             )
+        self.create_time = process_create_time(self.proc.pid)
         return self
 
     def record_descendants(self) -> None:
@@ -88,6 +93,13 @@ class ServiceProcess:
                 with contextlib.suppress(psutil.Error):
                     self.descendants.setdefault(child.pid, child.create_time())
 
+    def known_processes(self) -> dict[int, float]:
+        """pid -> start time of the process itself and of every descendant recorded so far."""
+        known = dict(self.descendants)
+        if self.proc is not None and self.create_time is not None:
+            known[self.proc.pid] = self.create_time
+        return known
+
     def stop(self, timeout: float = 30.0) -> int | None:
         """Stop the process: SIGTERM to its process group, SIGKILL after ``timeout`` seconds.
 
@@ -96,6 +108,7 @@ class ServiceProcess:
         """
         if self.proc is None:
             return None
+        self.stop_requested = True
         self.record_descendants()
         if self.proc.poll() is None:
             _signal_group(self.proc.pid, signal.SIGTERM)
@@ -115,10 +128,9 @@ class ServiceProcess:
             return []
         leftovers = []
         for pid, started in self.descendants.items():
-            with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(pid)
-                if abs(proc.create_time() - started) < 1e-3 and proc.status() != psutil.STATUS_ZOMBIE:
-                    leftovers.append(proc)
+            if still_running(pid, started):
+                with contextlib.suppress(psutil.Error):
+                    leftovers.append(psutil.Process(pid))
         for proc in leftovers:
             with contextlib.suppress(psutil.Error):
                 proc.terminate()
@@ -130,6 +142,31 @@ class ServiceProcess:
 
     def tail(self, lines: int = 30) -> str:
         return log_tail(self.log_path, lines)
+
+
+def process_create_time(pid: int) -> float | None:
+    """psutil's start time of ``pid`` (None without psutil or when it is gone)."""
+    if psutil is None:
+        return None
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def still_running(pid: int, create_time: float) -> bool:
+    """Whether the process ``pid`` that started at ``create_time`` still runs (zombies count as gone)."""
+    if psutil is None:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - create_time) < 1e-3 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
