@@ -27,9 +27,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
 from pydantic import Field, model_validator
 
+from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
 from atroposlib.type_definitions import Item
 
 Operation = Literal["+", "-", "*"]
@@ -134,7 +134,7 @@ class ArithmeticTask:
         attempts = 0
         while len(problems) < size:
             attempts += 1
-            if attempts > size * _MAX_DRAWS:
+            if attempts > max(10_000, 50 * size):  # far beyond collecting every problem of a small space
                 raise ValueError(
                     f"only {len(problems)} distinct problems exist for these settings, need {size}"
                 )

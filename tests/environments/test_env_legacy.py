@@ -7,7 +7,11 @@ overridden wandb hooks). They are run as scripts, the way their users run them.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
+
+import pytest
 
 from atroposlib.testing.scripted_server import launch_scripted_server
 from tests.fixtures.cli_runs import LEGACY_ENVS, alternating_responder, read_jsonl, run_env
@@ -38,6 +42,7 @@ def test_per_rollout_env_runs_process_unchanged(tmp_path, tiny_model_dir):
                 "--openai.model_name", "scripted-model",
                 "--env.total_steps", "2",
                 "--env.target_bonus", "2.5",
+                "--env.use_wandb", "false",  # process turns wandb on by default; offline runs are tested elsewhere
             ],
             cwd=tmp_path,
         )  # fmt: skip
@@ -55,10 +60,17 @@ def test_per_rollout_env_runs_process_unchanged(tmp_path, tiny_model_dir):
     assert (tmp_path / "data" / "word_guess.html").exists()
 
 
-def test_group_env_runs_process_and_evaluate_unchanged(tmp_path, tiny_model_dir):
+def _load_env_class(path, class_name):
+    spec = importlib.util.spec_from_file_location(f"legacy_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, class_name)
+
+
+def test_group_env_runs_process_and_evaluate_unchanged(tmp_path, tiny_model_dir, monkeypatch):
     with launch_scripted_server(respond=_echo_respond, tokenizer=tiny_model_dir) as server:
         common = [
-            "--env.tokenizer_name", tiny_model_dir,
+            "--env.tokenizer_name", str(tiny_model_dir),
             "--openai.base_url", server.base_url,
             "--openai.model_name", "scripted-model",
             "--env.use_wandb", "false",
@@ -68,18 +80,20 @@ def test_group_env_runs_process_and_evaluate_unchanged(tmp_path, tiny_model_dir)
             ["process", *common, "--env.total_steps", "3", "--env.wrong_call_penalty", "-0.5"],
             cwd=tmp_path,
         )
-        evaluated = run_env(
-            LEGACY_ENVS / "echo_completion_env.py",
-            [
-                "evaluate",
-                *common,
-                "--env.data_dir_to_save_evals",
-                tmp_path / "evals",
-                "--env.eval_items",
-                "2",
-            ],
-            cwd=tmp_path,
-        )
+        # evaluate in-process through the file's own entry point, EchoCompletionEnv.cli(), reading sys.argv
+        env_cls = _load_env_class(LEGACY_ENVS / "echo_completion_env.py", "EchoCompletionEnv")
+        monkeypatch.chdir(tmp_path)
+        argv = [
+            "evaluate",
+            *common,
+            "--env.data_dir_to_save_evals",
+            str(tmp_path / "evals"),
+            "--env.eval_items",
+            "2",
+        ]
+        monkeypatch.setattr(sys, "argv", ["echo_completion_env.py", *argv])
+        with pytest.raises(SystemExit) as evaluated:
+            env_cls.cli()
     assert processed.returncode == 0, processed.stderr[-3000:]
     # config_init passes an unknown keyword (score_buffer_size): ignored with a warning, not an error
     assert "score_buffer_size" in processed.stderr
@@ -88,7 +102,7 @@ def test_group_env_runs_process_and_evaluate_unchanged(tmp_path, tiny_model_dir)
     for group in groups:
         assert sorted(group["scores"]) == [-0.5, -0.5, 1.0, 1.0]
         assert group["messages"][0][0]["content"].startswith("Repeat exactly:")
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert evaluated.value.code == 0
     metrics = json.loads((tmp_path / "evals" / "metrics.json").read_text())
     assert metrics["results"]["all"] == {"eval/accuracy": 1.0}
     assert len(read_jsonl(tmp_path / "evals" / "samples.jsonl")) == 2

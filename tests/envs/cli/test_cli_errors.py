@@ -1,8 +1,7 @@
 """Bad flags and bad configuration files: one line on stderr naming the field, non-zero exit, no traceback.
 
-Each case runs the arithmetic environment's file as a real subprocess, as a user would. The message texts
-of every rule are unit-tested in test_cli_values.py and test_cli_layering.py; these cases check that each
-kind of failure reaches the user as one line and the right exit status.
+Every kind of failure is checked through ``run_cli`` in-process (fast); a few also run the arithmetic
+environment's file as a real subprocess, exactly as a user would.
 """
 
 from __future__ import annotations
@@ -10,9 +9,38 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from atroposlib.envs.cli import run_cli
+from environments.arithmetic_server import ArithmeticEnv
 from tests.fixtures.cli_runs import ENVIRONMENTS, run_env
 
 SCRIPT = ENVIRONMENTS / "arithmetic_server.py"
+
+FLAG_CASES = {
+    "unknown flag": (["process", "--env.not_a_field", "3"], "unrecognized arguments: --env.not_a_field"),
+    "wrong type": (["process", "--env.group_size", "four"], "--env.group_size"),
+    "bad boolean": (["serve", "--env.use_wandb", "maybe"], "--env.use_wandb"),
+    "bad literal": (["serve", "--openai.server_type", "tgi"], "--openai.server_type"),
+    "bad enum": (["serve", "--env.eval_handling", "SOMETIMES"], "--env.eval_handling"),
+    "bad list": (["serve", "--env.operations", '["+", "/"]'], "--env.operations"),
+    "missing value": (["serve", "--env.group_size"], "--env.group_size"),
+    "constraint": (["evaluate", "--env.max_reasoning_tokens", "5"], "env.max_reasoning_tokens"),
+    "cross-field validator": (["process", "--env.min_digits", "3", "--env.max_digits", "2"], "min_digits"),
+    "no subcommand": ([], "required"),
+    "unknown subcommand": (["train"], "invalid choice: 'train'"),
+    "missing config file": (["serve", "--config", "nope.yaml"], "nope.yaml: file not found"),
+}
+
+YAML_CASES = {
+    "yaml syntax": ("env:\n  group_size: [4\n", "invalid YAML"),
+    "yaml wrong type": ("env:\n  group_size: four\n", "env.group_size"),
+    "yaml not a mapping": ("- env\n", "expected a mapping"),
+    "yaml env section": ("env: 12\n", "'env' must be a mapping"),
+    "yaml bad slurm": ("slurm: perhaps\n", "slurm"),
+    "yaml openai list with flags": (
+        yaml.safe_dump({"openai": [{"base_url": "http://a/v1"}, {"base_url": "http://b/v1"}]}),
+        "--openai.timeout",
+    ),
+}
 
 
 def _yaml(tmp_path, text: str) -> str:
@@ -21,51 +49,54 @@ def _yaml(tmp_path, text: str) -> str:
     return str(path)
 
 
-CASES = {
-    "unknown flag": (["process", "--env.not_a_field", "3"], "unrecognized arguments: --env.not_a_field"),
-    "wrong type": (["process", "--env.group_size", "four"], "--env.group_size"),
-    "bad boolean": (["serve", "--env.use_wandb", "maybe"], "--env.use_wandb"),
-    "constraint": (["evaluate", "--env.max_reasoning_tokens", "5"], "env.max_reasoning_tokens"),
-    "cross-field validator": (["process", "--env.min_digits", "3", "--env.max_digits", "2"], "min_digits"),
-    "no subcommand": ([], "required"),
-    "missing config file": (["serve", "--config", "nope.yaml"], "nope.yaml: file not found"),
-}
-
-YAML_CASES = {
-    "yaml syntax": ("env:\n  group_size: [4\n", "invalid YAML"),
-    "yaml wrong type": ("env:\n  group_size: four\n", "env.group_size"),
-    "yaml bad slurm": ("slurm: perhaps\n", "slurm"),
-}
-
-
-def _assert_one_line_error(result, needle: str, code: int = 2) -> None:
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.returncode == code, result.stderr
-    assert len(lines) == 1, result.stderr
+def _one_error_line(stderr: str, needle: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
     assert "error:" in lines[0] and needle in lines[0], lines[0]
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in stderr
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_bad_flags(tmp_path, case):
-    args, needle = CASES[case]
-    _assert_one_line_error(run_env(SCRIPT, args, cwd=tmp_path), needle)
+def _run_in_process(argv, capsys, monkeypatch, tmp_path) -> tuple[int, str]:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        run_cli(ArithmeticEnv, argv)
+    return exited.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", list(FLAG_CASES))
+def test_bad_flags(case, capsys, monkeypatch, tmp_path):
+    argv, needle = FLAG_CASES[case]
+    code, stderr = _run_in_process(argv, capsys, monkeypatch, tmp_path)
+    assert code == 2
+    _one_error_line(stderr, needle)
 
 
 @pytest.mark.parametrize("case", list(YAML_CASES))
-def test_bad_yaml(tmp_path, case):
+def test_bad_yaml(case, capsys, monkeypatch, tmp_path):
     text, needle = YAML_CASES[case]
-    _assert_one_line_error(
-        run_env(SCRIPT, ["serve", "--config", _yaml(tmp_path, text)], cwd=tmp_path), needle
-    )
+    argv = ["serve", "--config", _yaml(tmp_path, text)]
+    if case == "yaml openai list with flags":
+        argv += ["--openai.timeout", "3"]
+    code, stderr = _run_in_process(argv, capsys, monkeypatch, tmp_path)
+    assert code == 2
+    _one_error_line(stderr, needle)
 
 
-def test_openai_flags_with_several_yaml_servers(tmp_path):
-    config = _yaml(
-        tmp_path, yaml.safe_dump({"openai": [{"base_url": "http://a/v1"}, {"base_url": "http://b/v1"}]})
-    )
-    result = run_env(SCRIPT, ["serve", "--config", config, "--openai.timeout", "3"], cwd=tmp_path)
-    _assert_one_line_error(result, "--openai.timeout")
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["process", "--env.not_a_field", "3"], "unrecognized arguments: --env.not_a_field"),
+        (["process", "--env.group_size", "four"], "--env.group_size"),
+        ([], "required"),
+        (["serve", "--config", "{yaml}"], "invalid YAML"),
+    ],
+    ids=["unknown flag", "wrong type", "no subcommand", "bad yaml"],
+)
+def test_bad_input_as_a_real_subprocess(tmp_path, args, needle):
+    args = [a.replace("{yaml}", _yaml(tmp_path, "env: {group_size: [4}\n")) for a in args]
+    result = run_env(SCRIPT, args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    _one_error_line(result.stderr, needle)
 
 
 def test_invalid_reasoning_effort_fails_construction_in_one_line(tmp_path):
