@@ -112,7 +112,7 @@ async def test_serve_stops_at_total_steps_and_disconnects(api, tiny_model_dir, t
     trainer.pull()
     env = make_env(tiny_model_dir, tmp_path, rollout_server_url=api.url, total_steps=2)
     task = asyncio.create_task(env.env_manager())
-    await wait_until(lambda: env.env_id is not None)
+    await wait_until(lambda: env.config.batch_size != -1)
     assert env.config.batch_size == 4 and env.max_token_len == 512  # adopted from /info
     assert env.config.wandb_name == "counting" and env.wandb_prepend == "counting_0"
     while not task.done():
