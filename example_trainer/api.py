@@ -87,7 +87,7 @@ class AtroposClient:
             raise AtroposApiError(
                 f"{method} {self.url}{path}: 401 unauthorized (set ATROPOS_API_KEY or --api-key to the API's key)"
             )
-        if resp.status_code >= 500 or resp.status_code == 503:
+        if resp.status_code >= 500:  # includes 503 backpressure / restarting server
             raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:200]}")
         if resp.status_code >= 400:
             raise AtroposApiError(f"{method} {self.url}{path}: HTTP {resp.status_code}: {resp.text[:300]}")

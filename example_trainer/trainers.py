@@ -38,7 +38,6 @@ from example_trainer.api import AtroposClient
 from example_trainer.checkpointing import (
     checkpoint_name,
     load_training_state,
-    read_trainer_state,
     resolve_resume_path,
     save_checkpoint,
 )
@@ -391,7 +390,6 @@ __all__ = [
     "InferenceSync",
     "TrainingResult",
     "checkpoint_dir_for",
-    "read_trainer_state",
     "train",
     "train_legacy",
     "train_lora",
