@@ -2,7 +2,8 @@
 
 ``BaseEnv.get_cli_{serve,process,evaluate}_config_cls()`` return a subclass of :class:`CliCommand` built
 by :func:`build_command_cls`: one field per flag (``env.<field>``, ``openai.<field>``, ``slurm``,
-``testing``, ``max_n_completions``, ``proxy_url``, ``config``) whose default is the *effective* default
+``testing``, ``max_n_completions``, ``proxy_url``, ``tool_parser``, ``config``; distillation environments
+(those with ``teacher_config_init``) also get ``teacher.<field>``) whose default is the *effective* default
 (``config_init()`` plus the subcommand's adjustments). The argparse front end (``atroposlib.envs.cli``)
 turns those fields into flags, instantiates the class with only the flags the user passed (so
 ``model_fields_set`` says what was explicit) and calls :meth:`CliCommand.run`.
@@ -18,7 +19,7 @@ import copy
 import logging
 import netrc
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
@@ -79,6 +80,8 @@ class ResolvedRun:
     manager_config: BaseModel
     explicit_manager_keys: frozenset[str]
     config_path: str | None = None
+    #: extra constructor keywords, e.g. ``teacher_server_configs`` for distillation environments
+    extra_env_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 class CliCommand(BaseModel):
@@ -91,6 +94,8 @@ class CliCommand(BaseModel):
     env_defaults: ClassVar[dict[str, Any]] = {}
     server_default: ClassVar[Any] = None
     init_env_config: ClassVar[Any] = None
+    teacher_namespace: ClassVar[str | None] = None
+    teacher_default: ClassVar[Any] = None
 
     # -- what the user passed --------------------------------------------------------------------------
     def explicit(self, prefix: str = "") -> dict[str, Any]:
@@ -133,13 +138,34 @@ class CliCommand(BaseModel):
             yaml_path=config_path,
         )
         explicit_manager = frozenset(manager_cli) | frozenset(k for k in MANAGER_KEYS if k in doc)
-        return ResolvedRun(cls.mode, env_config, servers, manager_config, explicit_manager, config_path)
+        extra: dict[str, Any] = {}
+        if cls.teacher_namespace:
+            teacher = resolve_server_configs(
+                copy.deepcopy(cls.teacher_default),
+                doc,
+                self.explicit(f"{cls.teacher_namespace}."),
+                openai_cls=openai_config_class(cls.teacher_default),
+                yaml_path=config_path,
+                namespace=cls.teacher_namespace,
+            )
+            if teacher is not None:
+                extra["teacher_server_configs"] = teacher
+        return ResolvedRun(
+            cls.mode, env_config, servers, manager_config, explicit_manager, config_path, extra
+        )
 
     # -- running ---------------------------------------------------------------------------------------
     def run(self) -> None:
         """Resolve the configuration, construct the environment and run this subcommand to completion."""
         resolved = self.resolve()
         run_resolved(type(self).env_cls, resolved)
+
+
+def _teacher_namespace(env_cls: type) -> str | None:
+    """The flag/YAML namespace of a distillation env's teacher servers (``teacher``), or None for other envs."""
+    if callable(getattr(env_cls, "teacher_config_init", None)):
+        return getattr(env_cls, "teacher_namespace", None) or None
+    return None
 
 
 def build_command_cls(env_cls: type, mode: str, init: tuple[Any, Any] | None = None) -> type[CliCommand]:
@@ -153,6 +179,9 @@ def build_command_cls(env_cls: type, mode: str, init: tuple[Any, Any] | None = N
     openai_cls = openai_config_class(server_default)
     openai_values = single_server_defaults(server_default, openai_cls)
     manager_defaults = manager_cls()
+
+    teacher_namespace = _teacher_namespace(env_cls)
+    teacher_default = env_cls.teacher_config_init() if teacher_namespace else None
 
     fields: dict[str, Any] = {
         CONFIG_FIELD: (
@@ -170,6 +199,14 @@ def build_command_cls(env_cls: type, mode: str, init: tuple[Any, Any] | None = N
             info.annotation,
             Field(default=openai_values.get(name), description=info.description),
         )
+    if teacher_namespace:
+        teacher_cls = openai_config_class(teacher_default)
+        teacher_values = single_server_defaults(teacher_default, teacher_cls)
+        for name, info in teacher_cls.model_fields.items():
+            fields[f"{teacher_namespace}.{name}"] = (
+                info.annotation,
+                Field(default=teacher_values.get(name), description=info.description),
+            )
     for name, info in manager_cls.model_fields.items():
         fields[name] = (
             info.annotation,
@@ -182,6 +219,8 @@ def build_command_cls(env_cls: type, mode: str, init: tuple[Any, Any] | None = N
     cmd_cls.env_defaults = env_defaults
     cmd_cls.server_default = server_default
     cmd_cls.init_env_config = env_config
+    cmd_cls.teacher_namespace = teacher_namespace
+    cmd_cls.teacher_default = teacher_default
     cmd_cls.__doc__ = f"{mode} subcommand of {env_cls.__name__}"
     return cmd_cls
 
@@ -246,6 +285,8 @@ def write_evaluate_config(resolved: ResolvedRun) -> Path | None:
         "slurm": resolved.manager_config.slurm,
         "testing": resolved.manager_config.testing,
     }
+    if "teacher_server_configs" in resolved.extra_env_kwargs:
+        doc["teacher"] = dump_server_configs(resolved.extra_env_kwargs["teacher_server_configs"])
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return path
 
@@ -274,6 +315,7 @@ def construct_env(env_cls: type, resolved: ResolvedRun) -> Any:
             server_configs=resolved.server_configs,
             slurm=manager.slurm,
             testing=manager.testing,
+            **resolved.extra_env_kwargs,
         )
     except Exception as exc:  # reported in one line; ATROPOS_CLI_TRACEBACK=1 shows the traceback instead
         if os.environ.get("ATROPOS_CLI_TRACEBACK", "").strip().lower() in ("1", "true", "yes"):

@@ -28,8 +28,9 @@ logger = logging.getLogger("atroposlib.envs.cli")
 
 ENV_KEY = "env"
 OPENAI_KEY = "openai"
+TEACHER_KEY = "teacher"  # teacher inference servers of distillation environments (TeacherDistillationEnv)
 MANAGER_KEYS = ("slurm", "testing", "max_n_completions", "proxy_url", "tool_parser")
-KNOWN_TOP_LEVEL_KEYS = frozenset({ENV_KEY, OPENAI_KEY, *MANAGER_KEYS})
+KNOWN_TOP_LEVEL_KEYS = frozenset({ENV_KEY, OPENAI_KEY, TEACHER_KEY, *MANAGER_KEYS})
 MODES = ("serve", "process", "evaluate")
 
 
@@ -78,18 +79,20 @@ def load_yaml_config(path: str | Path | None) -> dict[str, Any]:
         raise CliUsageError(
             f"--config {path}: 'env' must be a mapping of field: value, got {type(env).__name__}"
         )
-    openai = doc.get(OPENAI_KEY)
-    if openai is not None:
-        if isinstance(openai, list):
-            for i, entry in enumerate(openai):
+    for key in (OPENAI_KEY, TEACHER_KEY):
+        section = doc.get(key)
+        if section is None:
+            continue
+        if isinstance(section, list):
+            for i, entry in enumerate(section):
                 if not isinstance(entry, Mapping):
                     raise CliUsageError(
-                        f"--config {path}: 'openai[{i}]' must be a mapping of field: value, "
+                        f"--config {path}: '{key}[{i}]' must be a mapping of field: value, "
                         f"got {type(entry).__name__}"
                     )
-        elif not isinstance(openai, Mapping):
+        elif not isinstance(section, Mapping):
             raise CliUsageError(
-                f"--config {path}: 'openai' must be a mapping or a list of mappings, got {type(openai).__name__}"
+                f"--config {path}: '{key}' must be a mapping or a list of mappings, got {type(section).__name__}"
             )
     return doc
 
@@ -255,36 +258,51 @@ def single_server_defaults(default: Any, openai_cls: type[BaseModel]) -> dict[st
 def resolve_server_configs(
     default: Any,
     yaml_doc: Mapping[str, Any],
-    cli_openai: Mapping[str, Any],
+    cli_values: Mapping[str, Any],
     *,
     openai_cls: type[BaseModel],
     yaml_path: Any = None,
+    namespace: str = OPENAI_KEY,
 ) -> Any:
-    """Decide the inference-server configs from ``config_init()``'s ``default``, YAML and ``--openai.*`` flags.
+    """Decide inference-server configs from the environment's ``default``, YAML and ``--<namespace>.*`` flags.
 
-    Applies ``resolve_openai_configs`` (``atroposlib.envs.server_handling.openai_server``): a YAML list of
-    >= 2 servers gives one config each; a ``config_init()`` list of >= 2 is used as is; a single
-    ``APIServerConfig`` stays a single config (merged default < YAML < flags); a plain ``ServerBaseline``
-    is kept unless YAML or flags set ``openai`` values; otherwise a one-element list. ``--openai.*`` flags
-    with several servers, and invalid values, raise :class:`CliUsageError` naming the field. Unknown keys
-    in YAML ``openai`` entries are ignored (``APIServerConfig`` warns about them).
+    ``namespace`` is ``openai`` (the policy servers, ``default`` from ``config_init()``) or ``teacher``
+    (``default`` from ``teacher_config_init()``). Applies ``resolve_openai_configs``
+    (``atroposlib.envs.server_handling.openai_server``): a YAML list of >= 2 servers gives one config each;
+    a default list of >= 2 is used as is; a single ``APIServerConfig`` stays a single config (merged default <
+    YAML < flags); a plain ``ServerBaseline`` is kept unless YAML or flags set values; otherwise a one-element
+    list. A ``None`` default stays ``None`` unless YAML or flags configure a server. Flags with several
+    servers, and invalid values, raise :class:`CliUsageError` naming the field. Unknown keys in YAML entries
+    are ignored (``APIServerConfig`` warns about them).
     """
     from atroposlib.envs.server_handling.openai_server import ServerConfigError, resolve_openai_configs
 
-    yaml_openai = yaml_doc.get(OPENAI_KEY)
-    if isinstance(default, list) and len(default) >= 2 and isinstance(yaml_openai, (Mapping, list)):
-        if isinstance(yaml_openai, Mapping) or len(yaml_openai) == 1:
+    cli_values = dict(cli_values)
+    yaml_section = yaml_doc.get(namespace)
+    if default is None:
+        if not yaml_section and not cli_values:
+            return None
+        default = openai_cls()
+    if isinstance(default, list) and len(default) >= 2 and isinstance(yaml_section, (Mapping, list)):
+        if isinstance(yaml_section, Mapping) or len(yaml_section) == 1:
             logger.warning(
-                "--config %s: the single-server 'openai' section is ignored because config_init() defines %d "
-                "servers; give an 'openai' list with one entry per server instead",
+                "--config %s: the single-server '%s' section is ignored because the environment defines %d "
+                "servers; give a '%s' list with one entry per server instead",
                 yaml_path,
+                namespace,
                 len(default),
+                namespace,
             )
     merged = merge_dicts(
-        single_server_defaults(default, openai_cls), _single_yaml_openai(yaml_openai), cli_openai
+        single_server_defaults(default, openai_cls), _single_yaml_openai(yaml_section), cli_values
     )
-    flags = {f"{OPENAI_KEY}.{k}": v for k, v in cli_openai.items()}
+    # resolve_openai_configs reads the 'openai' namespace: hand it this namespace's section under that name.
+    flags = {f"{OPENAI_KEY}.{k}": v for k, v in cli_values.items()}
+    section = {OPENAI_KEY: yaml_section} if yaml_section is not None else {}
     try:
-        return resolve_openai_configs(default, merged, dict(yaml_doc), flags, logger)
+        return resolve_openai_configs(default, merged, section, flags, logger)
     except ServerConfigError as exc:
-        raise CliUsageError(str(exc))
+        message = str(exc)
+        if namespace != OPENAI_KEY:
+            message = message.replace(OPENAI_KEY, namespace)
+        raise CliUsageError(message)
