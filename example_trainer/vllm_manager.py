@@ -187,6 +187,7 @@ class VllmManager:
         self._died: VllmDiedError | None = None
         self._stopping = False
         self._stopped = False
+        self._serving = False  #: the current process became healthy (so its exit is a crash)
         self._watcher: threading.Thread | None = None
         self._watch_stop = threading.Event()
 
@@ -373,7 +374,7 @@ class VllmManager:
             "--dtype", dtype, "--max-model-len", str(cfg.max_model_len),
         ]  # fmt: skip
         if not has_tokenizer(model_path):
-            cmd += ["--tokenizer", cfg.tokenizer or cfg.model_name or self._base_model or model_path]
+            cmd += ["--tokenizer", self._tokenizer_source(model_path)]
         if on_gpu and cfg.vllm_gpu_memory_utilization is not None:
             cmd += ["--gpu-memory-utilization", str(cfg.vllm_gpu_memory_utilization)]
         if self._is_lora_mode():
@@ -383,6 +384,14 @@ class VllmManager:
         if cfg.api_key:
             cmd += ["--api-key", cfg.api_key]
         return cmd + list(cfg.extra_args)
+
+    def _tokenizer_source(self, model_path: str) -> str:
+        """Where a checkpoint without tokenizer files gets its tokenizer."""
+        if self.config.tokenizer:
+            return self.config.tokenizer
+        if self._base_model and has_tokenizer(self._base_model):
+            return self._base_model
+        return self.config.model_name or self._base_model or model_path
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -414,7 +423,9 @@ class VllmManager:
             )
         self._launches += 1
         self._model_path = model_path
+        self._serving = False
         self._wait_healthy()
+        self._serving = True
 
     def _wait_healthy(self) -> None:
         assert self._proc is not None
@@ -513,6 +524,8 @@ class VllmManager:
             proc = self._proc
             if proc is None or proc.poll() is None or self._stopping or self._died is not None:
                 continue
+            if not self._serving:
+                continue  # a failed start was already reported to the caller of start/refresh
             if not self._lock.acquire(timeout=interval):
                 continue  # a refresh/start is in progress; it checks liveness itself
             try:
