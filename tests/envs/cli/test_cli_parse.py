@@ -385,3 +385,17 @@ def test_evaluate_config_yaml_shapes_and_redaction(tmp_path):
     assert dump_server_configs(ServerBaseline()) == {}
     assert dump_server_configs([APIServerConfig(api_key="x")])[0]["api_key"] == "x"
     assert write_evaluate_config(parse_command(LayerEnv, ["evaluate"]).resolve()) is None
+
+
+def test_example_yaml_configures_the_reference_envs():
+    from environments.arithmetic_server import ArithmeticEnv
+    from environments.gsm8k_server import GSM8kEnv
+    from tests.fixtures.cli_runs import ENVIRONMENTS
+
+    example = str(ENVIRONMENTS / "configs" / "example.yaml")
+    gsm8k = parse_command(GSM8kEnv, ["serve", "--config", example, "--env.group_size", "8"]).resolve()
+    assert gsm8k.env_config.group_size == 8 and gsm8k.env_config.wandb_name == "example_env"
+    assert gsm8k.server_configs.base_url == "http://localhost:9001/v1"  # bare config stays bare
+    arithmetic = parse_command(ArithmeticEnv, ["process", "--config", example]).resolve()
+    assert arithmetic.env_config.group_size == 4 and arithmetic.env_config.min_digits == 1
+    assert [c.server_type for c in arithmetic.server_configs] == ["vllm"]  # from config_init, kept under YAML
