@@ -135,6 +135,7 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
         self.checkpoint_interval = -1
         self.process_mode = False
         self._wandb_started = False
+        self.wandb_run: Any = None
         self._new_counters()
         self._init_runtime_state()
         self.jsonl_writer: Optional[JsonlWriter] = None

@@ -67,7 +67,7 @@ class WandbLoggingMixin:
         try:
             import wandb
 
-            wandb.init(
+            self.wandb_run = wandb.init(
                 project=project,
                 group=group,
                 name=name,

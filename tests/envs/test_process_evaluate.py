@@ -113,7 +113,8 @@ async def test_evaluate_mode_runs_setup_and_evaluate_with_offline_wandb(
     await env._run_evaluate()
     assert os.environ["WANDB_MODE"] == "offline"
     assert (marker / "eval-1").exists()
-    assert list((tmp_path / "wandb").glob("offline-run-*"))
+    assert env.wandb_run is not None and env.wandb_run.settings.mode == "offline"
+    assert "offline-run-" in str(env.wandb_run.dir)
 
 
 def test_process_subcommand_through_cli_shows_progress(tiny_model_dir, tmp_path, scripted):
