@@ -330,6 +330,7 @@ def _vocab_size(engine: Any) -> int | None:
 
 def build_atropos_router() -> APIRouter:
     """The Atropos routes; they read ``app.state.engine_client`` and ``app.state.atropos_bridge``."""
+    from vllm.entrypoints.serve.utils.api_utils import with_cancellation
     from vllm.exceptions import VLLMError
     from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -360,9 +361,19 @@ def build_atropos_router() -> APIRouter:
             parsed = parse_generate_request(body, vocab_size=_vocab_size(engine))
         except BadRequest as exc:
             raise ApiError(400, str(exc)) from exc
+        return await _run_generate(
+            engine=engine, parsed=parsed, lora_request=_bridge(request).active_lora, raw_request=request
+        )
+
+    @with_cancellation
+    async def _run_generate(
+        *, engine: Any, parsed: GenerateRequest, lora_request: Any, raw_request: Request
+    ) -> Response:
+        # with_cancellation cancels this task when the client disconnects; the engine then aborts
+        # the request, so an abandoned generation stops using the engine.
         request_id = f"generate-{uuid.uuid4().hex}"
         results = engine.generate(
-            parsed.prompt, parsed.sampling_params, request_id, lora_request=_bridge(request).active_lora
+            parsed.prompt, parsed.sampling_params, request_id, lora_request=lora_request
         )
         try:
             first = await anext(results)
@@ -387,9 +398,8 @@ def build_atropos_router() -> APIRouter:
         try:
             async for out in results:
                 final = out
-        except asyncio.CancelledError:
-            await engine.abort(request_id)
-            return Response(status_code=499)
+        except EngineDeadError as exc:
+            raise ApiError(503, f"the inference engine is dead: {exc}") from exc
         reply = format_generate_response(final, parsed.sampling_params, _prompt_text(engine, final))
         return JSONResponse(reply)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import requests
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from example_trainer.weight_refresh import (
     WeightUpdateError,
@@ -82,7 +82,7 @@ class VllmManagerConfig(BaseModel):
     )
     cpu_kvcache_space_gib: float = Field(1.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE on CPU")
     refresh_mode: RefreshMode = "restart"
-    max_lora_rank: int = Field(32, ge=1)
+    max_lora_rank: int = Field(32, ge=1, description="vLLM --max-lora-rank (1, 8, 16, 32, 64, ...)")
     enforce_eager: bool = Field(False, description="skip torch.compile / CUDA graphs (faster start)")
     extra_args: list[str] = Field(default_factory=list, description="more vllm_api_server flags")
     log_dir: str = Field("./logs", description="server logs go to <log_dir>/vllm_<k>.log")
@@ -92,6 +92,13 @@ class VllmManagerConfig(BaseModel):
     max_crash_restarts: int = Field(1, ge=0, description="automatic restarts after the server dies")
     watch_interval: float | None = Field(2.0, gt=0, description="seconds between liveness checks; None: off")
     api_key: str | None = Field(None, description="the server's --api-key (sent as a bearer token)")
+
+    @field_validator("max_lora_rank")
+    @classmethod
+    def _check_rank(cls, value: int) -> int:
+        if value not in VLLM_LORA_RANKS:
+            raise ValueError(f"must be one of {VLLM_LORA_RANKS} (vLLM's --max-lora-rank values)")
+        return value
 
     @classmethod
     def from_training_config(cls, cfg: Any) -> VllmManagerConfig:
@@ -113,7 +120,7 @@ class VllmManagerConfig(BaseModel):
             "vllm_gpu": getattr(cfg, "vllm_gpu", None),
             "vllm_gpu_memory_utilization": getattr(cfg, "vllm_gpu_memory_utilization", None),
             "refresh_mode": mode,
-            "max_lora_rank": max(2 * lora_r, 32),
+            "max_lora_rank": lora_rank_limit(max(2 * lora_r, 32)),
             "log_dir": getattr(cfg, "log_dir", "./logs"),
         }
         # Optional knobs a training config may carry under these names.
@@ -129,6 +136,22 @@ class VllmManagerConfig(BaseModel):
             if value is not None:
                 values[target] = value
         return cls(**values)
+
+
+#: The values vLLM accepts for ``--max-lora-rank``.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_rank_limit(rank: int) -> int:
+    """The smallest ``--max-lora-rank`` value vLLM accepts that is >= ``rank``.
+
+    Raises:
+        ValueError: ``rank`` exceeds vLLM's largest LoRA rank.
+    """
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ValueError(f"LoRA rank {rank} exceeds vLLM's maximum {VLLM_LORA_RANKS[-1]}")
 
 
 def cuda_available() -> bool:

@@ -128,6 +128,10 @@ def test_config_from_training_config_maps_names_and_modes(tmp_path):
         TrainingConfig(**base, weight_bridge_mode="lora_only", lora_r=32)
     )
     assert lora.refresh_mode == "lora" and lora.max_lora_rank == 64
+    odd = VllmManagerConfig.from_training_config(
+        TrainingConfig(**base, weight_bridge_mode="lora_only", lora_r=20)
+    )
+    assert odd.max_lora_rank == 64  # 2r = 40 is not a rank vLLM accepts: next one up
     assert (
         VllmManagerConfig.from_training_config(
             TrainingConfig(**base, weight_bridge_mode="lora_restart")
