@@ -35,6 +35,7 @@ from atroposlib.cli._tooling.text import load_tokenizer
 PROG = "view-run"
 DEFAULT_TOKENIZER = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 ALL_ENVS = "All envs"
+NAVIGATION_ACTIONS = ("first", "prev", "next", "last", "grab")
 
 
 def build_parser(prog: str = PROG, default_tokenizer: str = DEFAULT_TOKENIZER) -> argparse.ArgumentParser:
@@ -252,8 +253,11 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
                 else ("last" if follow_newest else "stay")
             )
             key = navigate(keys, pos, move)
-            choices = [ALL_ENVS, *viewer.store.env_labels()]
-            env_update = gr.Dropdown(choices=choices, value=env_name if env_name in choices else ALL_ENVS)
+            # Only the choices are refreshed, never the selected env, and the follow box only changes
+            # on navigation: a refresh computed from inputs captured before a concurrent user action
+            # must not undo that action.
+            env_update = gr.Dropdown(choices=[ALL_ENVS, *viewer.store.env_labels()])
+            follow_update = follow_newest if action in NAVIGATION_ACTIONS else gr.update()
             if key is None:
                 waiting = (
                     "No groups yet: waiting for the environments to send some."
@@ -273,7 +277,7 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
             overall_html = histogram_svg(
                 viewer.store.all_scores(env_filter), "Scores of all loaded groups", width=480
             )
-            result = [key, follow_newest, env_update, line, html, overall_html]
+            result = [key, follow_update, env_update, line, html, overall_html]
             if viewer.multimodal:
                 images, text = _images_and_prompt(viewer, record) if record is not None else ([], "")
                 result += [images, text]
