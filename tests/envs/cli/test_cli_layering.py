@@ -192,7 +192,10 @@ def test_baseline_is_kept_unless_overridden():
 
 def test_multi_server_yaml_list_and_flags_conflict():
     yaml_doc = {"openai": [{"base_url": "http://a/v1", "weight": 1}, {"base_url": "http://b/v1"}]}
-    resolved = _resolve(APIServerConfig(), yaml_doc)
+    with pytest.warns(
+        UserWarning, match="weight"
+    ):  # unknown keys (the original example's 'weight') are ignored
+        resolved = _resolve(APIServerConfig(), yaml_doc)
     assert [c.base_url for c in resolved] == ["http://a/v1", "http://b/v1"]
     with pytest.raises(CliUsageError, match="--openai.timeout"):
         _resolve(APIServerConfig(), yaml_doc, {"timeout": 3})
