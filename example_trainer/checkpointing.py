@@ -46,7 +46,7 @@ class TrainerState:
 
     step: int  #: optimizer steps completed
     config: dict[str, Any] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  #: e.g. API step at save time
+    extra: dict[str, Any] = field(default_factory=dict)  #: e.g. the API's step when the run (re)started
     path: Path | None = None
 
 

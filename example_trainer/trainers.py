@@ -199,7 +199,7 @@ def _reconcile_with_api(client: AtroposClient, step: int, resumed: bool) -> dict
                 "the API's step (%d) is behind the checkpoint's (%d): it lost its state (in-memory store or a "
                 "new data dir?); training continues at step %d", api_step, step, step,
             )  # fmt: skip
-    return {"api_step": api_step, "replayed_batches": replayed}
+    return {"api_step_at_start": api_step, "replayed_batches_at_start": replayed}
 
 
 def train(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import requests
+
 
 def make_group(
     n: int = 4,
@@ -38,3 +40,15 @@ def make_group(
     }
     group.update(extra)
     return group
+
+
+def post_groups(url: str, count: int, seed: int, headers=None) -> None:
+    """POST ``count`` two-sequence groups; some with rollout logprobs, one with token-level advantages."""
+    for i in range(count):
+        group = make_group(n=2, seed=seed + i, prompt_len=4, scores=[1.0, 0.0] if i % 2 else [0.0, 1.0])
+        if i % 3 == 0:  # some groups carry rollout logprobs, one token-level advantages
+            group["inference_logprobs"] = [[1.0] * 4 + [-1.5] * (len(t) - 4) for t in group["tokens"]]
+        if i == 1:
+            group["advantages"] = [[0.5] * len(t) for t in group["tokens"]]
+        resp = requests.post(f"{url}/scored_data", json=group, headers=headers or {}, timeout=10)
+        assert resp.status_code == 200, resp.text

@@ -20,20 +20,9 @@ from example_trainer.checkpointing import read_trainer_state
 from example_trainer.config import TrainingConfig
 from example_trainer.reporting import read_metrics
 from example_trainer.trainers import train
-from tests.trainer.helpers import make_group
+from tests.trainer.helpers import post_groups as _post_groups
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _post_groups(url: str, count: int, seed: int, headers=None) -> None:
-    for i in range(count):
-        group = make_group(n=2, seed=seed + i, prompt_len=4, scores=[1.0, 0.0] if i % 2 else [0.0, 1.0])
-        if i % 3 == 0:  # some groups carry rollout logprobs, one token-level advantages
-            group["inference_logprobs"] = [[1.0] * 4 + [-1.5] * (len(t) - 4) for t in group["tokens"]]
-        if i == 1:
-            group["advantages"] = [[0.5] * len(t) for t in group["tokens"]]
-        resp = requests.post(f"{url}/scored_data", json=group, headers=headers or {}, timeout=10)
-        assert resp.status_code == 200, resp.text
 
 
 def _config(tiny_model_dir, api_url, save_path, **kw) -> TrainingConfig:
