@@ -46,7 +46,7 @@ class ApiProcess:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def start(self, timeout: float = 30.0) -> ApiProcess:
+    def start(self, timeout: float = 90.0) -> ApiProcess:
         """Start the server and block until ``GET /info`` answers 200 (RuntimeError on failure)."""
         cmd = [
             sys.executable, "-m", "atroposlib.cli.run_api",
@@ -103,7 +103,7 @@ def launch_api(
     data_dir: str | Path | None = None,
     port: int | None = None,
     api_key: str | None = None,
-    timeout: float = 30.0,
+    timeout: float = 90.0,
 ) -> Iterator[ApiProcess]:
     """Run a real trajectory API for the duration of the ``with`` block.
 
