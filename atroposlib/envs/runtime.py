@@ -2,8 +2,10 @@
 
 :class:`ServeRuntimeMixin` is part of :class:`~atroposlib.envs.base.BaseEnv`. Its guarantees:
 
-* A worker whose group is already being validated or sent is never cancelled (not by backpressure, not by an
-  evaluation, not by a worker-count reduction). Only workers still inside ``collect_trajectories`` are
+* Once ``collect_trajectories`` has returned, an item's groups are post-processed, checked and sent by a
+  separate finishing task that is never cancelled (not by backpressure, not by an evaluation, not by a
+  worker-count reduction), so a slow API never holds an inference slot. At most ``max_num_workers`` items
+  may be finishing; beyond that no new work starts. Only workers still inside ``collect_trajectories`` are
   cancelled, and only for ``STOP_TRAIN`` evaluations, worker timeouts and shutdown.
 * An item whose worker timed out or raised is re-queued (ahead of new items) up to ``max_item_retries`` times.
 * Losing the API is not fatal: status polls back off exponentially and the env registers again if the API
@@ -64,6 +66,8 @@ class ServeRuntimeMixin:
         self.env_id: Optional[int] = None
         self.status_dict: dict[str, Any] = {}
         self._requeued: collections.deque[tuple[Any, int]] = collections.deque()
+        #: tasks post-processing and sending finished items (never cancelled by the scheduler)
+        self._finishing: set[asyncio.Task] = set()
         self.items_abandoned = 0
         self._shutdown_requested = False
         self._stop_now = False
@@ -126,7 +130,7 @@ class ServeRuntimeMixin:
             "[%s] second %s: stopping now; groups still being sent are saved locally", self.env_label, name
         )
         self._stop_now = True
-        for worker in list(self.workers):
+        for worker in [*self.workers, *self._finishing]:
             worker.cancel()
         if self._phase == "startup" and self._main_task is not None:
             self._main_task.cancel()
@@ -360,8 +364,11 @@ class ServeRuntimeMixin:
     # ------------------------------------------------------------------------------------------------------
     @property
     def _queue_estimate(self) -> int:
-        """Groups of ours queued at the API: the last status plus what was sent since."""
-        return int(self.status_dict.get("queue_size", 0)) + self._groups_sent_since_status
+        """Groups of ours queued at the API: the last status, plus what was sent since, plus items whose
+        groups are being checked or sent right now."""
+        return (
+            int(self.status_dict.get("queue_size", 0)) + self._groups_sent_since_status + len(self._finishing)
+        )
 
     def _requeue(self, item: Any, attempts: int, reason: str) -> None:
         """Put an item back ahead of new work, or give up after ``max_item_retries`` failed attempts."""
@@ -443,6 +450,10 @@ class ServeRuntimeMixin:
         task.add_done_callback(lambda t, i=item: self._on_worker_done(t, i))
         return item_uuid
 
+    def _too_many_finishing(self) -> bool:
+        """Items waiting to be delivered are bounded too: at most ``max_num_workers`` of them."""
+        return len(self._finishing) >= max(1, self.max_num_workers)
+
     async def add_train_workers(self) -> None:
         """Start workers up to the current cap (see :func:`~atroposlib.envs.scheduling.train_worker_cap`).
 
@@ -470,7 +481,7 @@ class ServeRuntimeMixin:
             trim_buffer(self.workers_added_list)
         if time.monotonic() < self._next_item_retry_at:
             return
-        while len(self.workers) < cap and not self._shutdown_requested:
+        while len(self.workers) < cap and not self._shutdown_requested and not self._too_many_finishing():
             queued = self._take_queued_item()
             if queued is None:
                 try:
@@ -506,10 +517,12 @@ class ServeRuntimeMixin:
             trim_buffer(values)
 
     async def handle_env(self, item_uuid: str) -> Any:
-        """One worker: collect, post-process and send the groups of one item.
+        """One worker: collect the groups of one item, then hand them on to be post-processed and sent.
 
         Failures of ``collect_trajectories`` re-queue the item (bounded); ``None`` results are skipped. Once
-        collection is done the worker leaves ``running_items`` and is never cancelled by the scheduler.
+        collection is done the item leaves ``running_items``; during ``serve`` the rest (post-processing,
+        checks, delivery, ``cleanup``) runs in a separate finishing task that the scheduler never cancels,
+        so a slow or backpressured API does not hold a worker slot (their number is bounded separately).
         """
         entry = self.running_items.get(item_uuid)
         if entry is None:
@@ -533,10 +546,27 @@ class ServeRuntimeMixin:
             self._record_task(started, success=False)
             await self._safe_cleanup()
             return None
-        # From here on the worker is "sending": the scheduler no longer sees (or cancels) it.
+        # From here on the item is "finishing": the scheduler no longer sees (or cancels) it.
         self.running_items.pop(item_uuid, None)
         if to_backlog:
             self.backlog.extend(to_backlog)
+        finishing = self._finish_item(item, to_postprocess, started)
+        if self._wakeup is None:  # not inside env_manager: finish inline
+            return await finishing
+        task = asyncio.create_task(finishing)
+        self._finishing.add(task)
+        task.add_done_callback(self._on_finishing_done)
+        return to_postprocess
+
+    def _on_finishing_done(self, task: asyncio.Task) -> None:
+        self._finishing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("[%s] finishing an item crashed: %r", self.env_label, task.exception())
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    async def _finish_item(self, item: Any, to_postprocess: Any, started: float) -> Any:
+        """Post-process, check and send one item's groups, then run ``cleanup``."""
         if to_postprocess:
             try:
                 to_postprocess = await self.postprocess_histories(to_postprocess)
@@ -573,12 +603,12 @@ class ServeRuntimeMixin:
             return
         self._next_report_at = now + REPORT_INTERVAL_S * 2
         logger.info(
-            "[%s] step %s, queue %s, workers %d (%d collecting), sent %d groups, discarded %s",
+            "[%s] step %s, queue %s, %d items collecting, %d being sent, sent %d groups, discarded %s",
             self.env_label,
             self.status_dict.get("current_step"),
             self.status_dict.get("queue_size"),
-            len(self.workers),
             len(self.running_items),
+            len(self._finishing),
             self.groups_sent_total,
             dict(self.discard_counts) or 0,
         )
@@ -618,7 +648,7 @@ class ServeRuntimeMixin:
                 min_batch_allocation=self.config.min_batch_allocation,
                 derived_batch_size=self.derived_batch_size,
             )
-            if not paused and len(self.workers) < self.max_num_workers:
+            if not paused and len(self.workers) < self.max_num_workers and not self._too_many_finishing():
                 await self.add_train_workers()
             self._reap_timed_out_workers()
             self._report_progress()
@@ -633,7 +663,7 @@ class ServeRuntimeMixin:
         for item_uuid in list(self.running_items):
             entry = self.running_items.pop(item_uuid)
             entry["worker"].cancel()
-        pending = [w for w in self.workers if not w.done()]
+        pending = [w for w in [*self.workers, *self._finishing] if not w.done()]
         if pending and not self._stop_now:
             logger.info(
                 "[%s] waiting up to %.0f s for %d group send(s) to finish",

@@ -43,17 +43,28 @@ async def wait_until(predicate, timeout=10.0):
         await asyncio.sleep(0.01)
 
 
-async def test_eval_stop_train_requeues_collecting_items_but_never_cancels_a_send(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("in_serve_loop", [True, False])
+async def test_eval_stop_train_requeues_collecting_items_but_never_cancels_a_send(
+    tiny_model_dir, tmp_path, in_serve_loop
+):
     env = make_env(
         tiny_model_dir, tmp_path, cls=GatedSendEnv, hang_every=2, hang_seconds=60, steps_per_eval=10
     )
     await env.setup()
+    if in_serve_loop:  # inside env_manager, sending happens in a separate finishing task
+        env._wakeup = asyncio.Event()
     env.config.batch_size = 8
     env.status_dict = {"current_step": 0, "queue_size": 0, "self_queue_size": 0, "max_group_size": 2}
     env._launch_worker(1)  # finishes collecting at once, then blocks while sending
     env._launch_worker(2)  # hangs in collect_trajectories
-    await wait_until(lambda: len(env.running_items) == 1)
-    sending = next(w for w in env.workers if all(e["worker"] is not w for e in env.running_items.values()))
+    await wait_until(lambda: len(env.running_items) == 1 and (env._finishing or not in_serve_loop))
+    if in_serve_loop:
+        (sending,) = env._finishing
+        assert len(env.workers) == 1  # the sending item no longer holds a worker slot
+    else:
+        sending = next(
+            w for w in env.workers if all(e["worker"] is not w for e in env.running_items.values())
+        )
     env.status_dict["current_step"] = 10
     await env.env_step_checks()
     assert env.eval_runner is not None
