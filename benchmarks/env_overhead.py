@@ -11,7 +11,7 @@ core, against the same scripted inference server (``atroposlib.testing.scripted_
 ``run-api`` with a trainer thread that keeps pulling batches. It prints achieved rollouts/s, the fraction of
 the bound, and the ratio between the two. Target: >= 95 % of the bound.
 
-    python benchmarks/env_overhead.py [--delay 0.5] [--workers 32] [--group-size 4] [--duration 20]
+    python benchmarks/env_overhead.py [--delay 1.0] [--workers 32] [--group-size 4] [--duration 20]
 
 The script is also the environment itself: ``--run-env SPEC`` starts it (in whichever interpreter runs it).
 """
@@ -269,7 +269,7 @@ def measure(label: str, python: str, args, inference_url: str, tokenizer: str, w
     with launch_api(
         ["--store", "memory", "--max-queue-sequences", "0"], data_dir=workdir / f"api-{label}"
     ) as api:
-        trainer = PullingTrainer(api.url, batch_size=args.group_size * 8)
+        trainer = PullingTrainer(api.url, batch_size=args.group_size * 2)
         spec = {
             "group_size": args.group_size,
             "workers": args.workers,
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-env", metavar="SPEC", help=argparse.SUPPRESS)
     parser.add_argument("--run-reference", metavar="SPEC", help=argparse.SUPPRESS)
-    parser.add_argument("--delay", type=float, default=0.5, help="inference latency per request, seconds")
+    parser.add_argument("--delay", type=float, default=1.0, help="inference latency per request, seconds")
     parser.add_argument("--workers", type=int, default=32, help="max_num_workers of the env")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--duration", type=float, default=20.0, help="measurement window, seconds")
