@@ -9,7 +9,10 @@ gzipped like the environment client sends them (``--no-gzip`` to send plain JSON
 Measured, alternating between the servers in every round (these machines are noisy, so the
 ratios matter more than the absolute numbers):
 
-- ingest: ``POST /scored_data`` requests per second at several concurrency levels;
+- ingest: ``POST /scored_data`` requests per second at several concurrency levels, and the
+  server's CPU time per request; the client sends pre-built requests over keep-alive sockets
+  (``--client aiohttp`` for aiohttp), so that its own CPU use, shared with the servers on a small
+  machine, stays a small part of the figure;
 - ``GET /batch``: latency (p50/p99) to serve one batch of 64 sequences (``Accept-Encoding:
   gzip``, like ``requests``), with 8 fresh groups queued before each call;
 - memory: resident memory growth per queued token after queueing many groups.
@@ -36,6 +39,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -270,6 +274,52 @@ async def ingest(
         return requests_total / (time.perf_counter() - started)
 
 
+async def ingest_raw(
+    url: str, payloads: list[bytes], requests_total: int, concurrency: int, headers: dict
+) -> float:
+    """As :func:`ingest`, over plain keep-alive HTTP/1.1 connections with pre-built requests.
+
+    Each request is one precomputed byte string (head + gzipped body); the response head is
+    parsed just enough to check the status and read ``Content-Length`` bytes of body. This
+    client spends a fraction of aiohttp's CPU per request, so on a small machine the figures
+    measure the servers rather than the client.
+    """
+    parts = urlsplit(url)
+    extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    wire = [
+        (
+            f"POST /scored_data HTTP/1.1\r\nHost: {parts.netloc}\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        + body
+        for body in payloads
+    ]
+    counter = iter(range(requests_total))
+
+    async def worker() -> None:
+        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+        try:
+            for i in counter:
+                writer.write(wire[i % len(wire)])
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = None
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                if length is None:
+                    raise RuntimeError(f"response without Content-Length: {head!r}")
+                body = await reader.readexactly(length)
+                if head[9:12] != b"200":
+                    raise RuntimeError(f"ingest got {head[9:12].decode()}: {body[:200]!r}")
+        finally:
+            writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return requests_total / (time.perf_counter() - started)
+
+
 def batch_latency(server: Server, payloads: list[bytes], headers: dict, session: requests.Session) -> float:
     """Seconds for one ``GET /batch`` serving 64 sequences (8 groups queued beforehand)."""
     for i in range(BATCH_SIZE // GROUP_SIZE):
@@ -381,6 +431,12 @@ def main(argv: list[str] | None = None) -> None:
         "--memory-groups", type=int, default=None, help="Groups queued for the memory figure."
     )
     parser.add_argument("--no-gzip", action="store_true", help="Send plain JSON bodies.")
+    parser.add_argument(
+        "--client",
+        choices=["raw", "aiohttp"],
+        default="raw",
+        help="Ingest client: pre-built requests on keep-alive sockets (cheap) or aiohttp.",
+    )
     parser.add_argument("--with-logprobs", action="store_true", help="Add inference_logprobs to every group.")
     parser.add_argument("--original-venv", type=Path, default=DEFAULT_VENV)
     parser.add_argument("--skip-original", action="store_true", help="Benchmark this server alone.")
@@ -394,12 +450,13 @@ def main(argv: list[str] | None = None) -> None:
     n_batches = args.batches or (10 if quick else 30)
     memory_groups = args.memory_groups or (150 if quick else 500)
     compress = not args.no_gzip
+    load = ingest_raw if args.client == "raw" else ingest
     headers = headers_for(compress)
 
     original_python = None if args.skip_original else ensure_original(args.original_venv)
     payloads = make_payloads(64, compress, args.with_logprobs)
-    load = os.getloadavg()[0]
-    log(f"load average before start: {load:.2f} on {os.cpu_count()} CPUs")
+    load_average = os.getloadavg()[0]
+    log(f"load average before start: {load_average:.2f} on {os.cpu_count()} CPUs")
 
     workdir = Path(tempfile.mkdtemp(prefix="atropos-bench-"))
     results = Results()
@@ -419,7 +476,7 @@ def main(argv: list[str] | None = None) -> None:
                     for server in order:
                         reset_and_register(server)
                         cpu_before = server.cpu_seconds()
-                        rate = asyncio.run(ingest(server.url, payloads, n_requests, level, headers))
+                        rate = asyncio.run(load(server.url, payloads, n_requests, level, headers))
                         results.ingest_cpu[server.name].append(
                             (server.cpu_seconds() - cpu_before) / n_requests
                         )
@@ -444,7 +501,8 @@ def main(argv: list[str] | None = None) -> None:
             "requests": n_requests,
             "batches": n_batches,
             "memory_groups": memory_groups,
-            "load_average": load,
+            "client": args.client,
+            "load_average": load_average,
             "cpus": os.cpu_count(),
         }
         if args.json_out:
