@@ -660,13 +660,15 @@ class ServeRuntimeMixin:
         self._phase = "stopping"
         if self.eval_runner is not None and not self.eval_runner.done():
             self.eval_runner.cancel()
-        for item_uuid in list(self.running_items):
-            entry = self.running_items.pop(item_uuid)
-            entry["worker"].cancel()
+        collecting = [self.running_items.pop(u)["worker"] for u in list(self.running_items)]
+        for worker in collecting:
+            worker.cancel()
+        if collecting:
+            await asyncio.gather(*collecting, return_exceptions=True)
         pending = [w for w in [*self.workers, *self._finishing] if not w.done()]
         if pending and not self._stop_now:
             logger.info(
-                "[%s] waiting up to %.0f s for %d group send(s) to finish",
+                "[%s] waiting up to %.0f s for %d item(s) being checked or sent",
                 self.env_label,
                 self.config.shutdown_timeout,
                 len(pending),
@@ -748,6 +750,9 @@ class ServeRuntimeMixin:
             await self._finish_serve()
             self._remove_signal_handlers()
             self._phase = "idle"
+            self._wakeup = None
+            self._shutdown_event = None
+            self._main_task = None
 
 
 __all__ = ["ServeRuntimeMixin"]
