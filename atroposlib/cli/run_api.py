@@ -122,7 +122,6 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from atroposlib.api.http_protocol import http_protocol
     from atroposlib.api.logs import setup_logging
     from atroposlib.api.store import StoreError
 
@@ -134,7 +133,6 @@ def main(argv: list[str] | None = None) -> None:
         log_level=config.log_level,
         access_log=config.access_log,
         timeout_graceful_shutdown=10,
-        http=http_protocol(),
     )
     if config.reload:
         # The reloading supervisor imports the app in a fresh process: hand the config over.
