@@ -37,7 +37,7 @@ from atroposlib.envs.scheduling import (
     should_stop,
     train_worker_cap,
 )
-from atroposlib.envs.sending import describe_item, trim_buffer
+from atroposlib.envs.sending import POLICY_STEP, describe_item, trim_buffer
 
 logger = logging.getLogger("atroposlib.envs.base")
 
@@ -533,6 +533,8 @@ class ServeRuntimeMixin:
         item = entry["item"]
         attempts = entry.get("attempts", 0)
         started = time.time()
+        # This task's context (copied into its finishing task) remembers the policy the item was generated with.
+        POLICY_STEP.set(self.curr_step)
         try:
             to_postprocess, to_backlog = _unpack_collect_result(await self.collect_trajectories(item))
         except asyncio.CancelledError:

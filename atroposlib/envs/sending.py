@@ -10,12 +10,18 @@ import logging
 import os
 import reprlib
 from collections import Counter
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Optional
 
 from atroposlib.envs.api_client import SendOutcome, TrajectoryApiClient
 from atroposlib.envs.group_validation import GroupProblem, completion_length, prepare_group
 from atroposlib.envs.jsonl_sink import UnsentGroupsFile
+
+#: Trainer step current when the worker that produced the groups being sent started collecting them. Set
+#: per worker task by the serve loop; groups sent to the API carry it as ``group_overrides["policy_step"]``
+#: so a trainer can bound how stale (off-policy) a batch may be (``atropos-grpo --max-staleness``).
+POLICY_STEP: ContextVar[Optional[int]] = ContextVar("atropos_policy_step", default=None)
 
 logger = logging.getLogger("atroposlib.envs.base")
 
@@ -34,6 +40,19 @@ _short.maxdict = 4
 def describe_item(item: Any) -> str:
     """A short, single-line description of an item for log lines."""
     return " ".join(_short.repr(item).split())
+
+
+def stamp_policy_step(groups: list[dict[str, Any]], started_step: Optional[int], current_step: int) -> None:
+    """Record in each group's ``group_overrides`` the policy step it was generated with.
+
+    ``started_step`` (the step when its worker started) is preferred; ``current_step`` is the fallback for
+    groups sent outside a worker. A ``policy_step`` the environment set itself is kept.
+    """
+    step = current_step if started_step is None else started_step
+    for group in groups:
+        overrides = dict(group.get("group_overrides") or {})
+        overrides.setdefault("policy_step", int(step))
+        group["group_overrides"] = overrides
 
 
 def trim_buffer(values: list, limit: int = MAX_BUFFERED_VALUES) -> None:
@@ -185,6 +204,7 @@ class GroupSendingMixin:
             accepted.append(group)
         self.groups_accepted_total += len(accepted)
         if accepted and do_send_to_api:
+            stamp_policy_step(accepted, POLICY_STEP.get(), self.curr_step)
             payload: Any = accepted[0] if single and len(accepted) == 1 else accepted
             self.items_sent_this_step += len(accepted)
             await self._send_scored_data_to_api(payload)

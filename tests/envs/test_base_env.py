@@ -295,3 +295,29 @@ def test_tokenizer_chat_template_returns_token_lists(tiny_model_dir, tmp_path):
     assert ids[: len(prompt)] == prompt and len(prompt) < len(ids)
     assert "input_ids" in env.tokenizer.apply_chat_template(chat, return_dict=True)
     assert isinstance(env.tokenizer.apply_chat_template(chat, tokenize=False), str)
+
+
+async def test_sent_groups_carry_the_policy_step_they_were_generated_with(tiny_model_dir, tmp_path):
+    from atroposlib.envs.sending import POLICY_STEP
+
+    env = make_env(tiny_model_dir, tmp_path)
+    payloads = []
+
+    async def capture(payload):
+        payloads.append(payload)
+
+    env._send_scored_data_to_api = capture
+    env.curr_step = 9
+    POLICY_STEP.set(7)  # the worker started collecting at step 7
+    await env.handle_send_to_api([group(), group(group_overrides={"policy_step": 3, "temperature": 0.5})])
+    assert [g["group_overrides"] for g in payloads[0]] == [
+        {"policy_step": 7},
+        {"policy_step": 3, "temperature": 0.5},  # an env's own value is kept
+    ]
+    POLICY_STEP.set(None)  # outside a worker: the current step
+    await env.handle_send_to_api(group())
+    assert payloads[1]["group_overrides"] == {"policy_step": 9}
+    # process mode (nothing sent) leaves groups untouched
+    kept = group()
+    await env.handle_send_to_api(kept, do_send_to_api=False)
+    assert "group_overrides" not in kept or kept["group_overrides"] is None
