@@ -17,13 +17,13 @@ import random
 import time
 from typing import Optional, TypedDict
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
 from datasets import load_dataset
 from latex2sympy2_extended import NormalizationConfig
 from math_verify import LatexExtractionConfig, parse, verify
 from pydantic import Field
 from tqdm.asyncio import tqdm_asyncio
 
+from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
 from atroposlib.type_definitions import Item
 
 DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
