@@ -51,8 +51,8 @@ class DemoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     # --- run ------------------------------------------------------------------------------------
-    steps: int = Field(40, ge=1, description="GRPO optimizer steps")
-    eval_size: int = Field(256, ge=1, description="held-out problems (the environment's eval split)")
+    steps: int = Field(80, ge=1, description="GRPO optimizer steps")
+    eval_size: int = Field(500, ge=1, description="held-out problems (the environment's eval split)")
     seed: int = Field(0, description="seed of the task, the warm start and the trainer")
     run_dir: str | None = Field(None, description="logs, checkpoints, summary (default runs/demo-<time>)")
     cache_dir: str | None = Field(
@@ -68,13 +68,13 @@ class DemoConfig(BaseModel):
     operations: list[Literal["+", "-", "*"]] = Field(default_factory=lambda: ["+"], description="operators")
 
     # --- supervised warm start --------------------------------------------------------------------
-    sft_steps: int = Field(300, ge=0, description="warm-start steps (0: start GRPO from the base model)")
+    sft_steps: int = Field(450, ge=0, description="warm-start steps (0: start GRPO from the base model)")
     sft_batch_size: int = Field(64, ge=1, description="warm-start examples per step")
-    sft_lr: float = Field(3e-3, gt=0, description="warm-start peak learning rate")
+    sft_lr: float = Field(1e-3, gt=0, description="warm-start learning rate (after a 100-step warmup)")
 
     # --- GRPO -----------------------------------------------------------------------------------
     group_size: int = Field(8, ge=2, description="rollouts per problem")
-    batch_size: int = Field(64, ge=2, description="sequences per optimizer step")
+    batch_size: int = Field(256, ge=2, description="sequences per optimizer step")
     lr: float = Field(1e-4, gt=0, description="GRPO learning rate")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range")
@@ -83,6 +83,12 @@ class DemoConfig(BaseModel):
         "reload", description="refresh vLLM in place (reload) or by restarting it"
     )
     vllm_startup_timeout: float = Field(600.0, gt=0, description="seconds to wait for vLLM's /health")
+    torch_threads: int = Field(
+        1,
+        ge=1,
+        description="CPU threads per torch process (demo, trainer); small models run fastest with one "
+        "while the other services share the cores",
+    )
 
     @field_validator("operations", mode="before")
     @classmethod
@@ -347,6 +353,8 @@ class Demo:
             "TOKENIZERS_PARALLELISM": "false",
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
             "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": str(self.config.torch_threads),
+            "MKL_NUM_THREADS": str(self.config.torch_threads),
         }
         self.trainer = ServiceProcess(
             "trainer",
@@ -443,7 +451,7 @@ class Demo:
             return -1
 
     def stop_services(self) -> None:
-        """Trainer first (it stops vLLM), then the environment, then run-api; all by their own pids.
+        """The environment, the trainer (it stops vLLM), then run-api; all by their own pids.
 
         Idempotent: a second call finds nothing left to stop."""
         if self._stopped:
@@ -457,9 +465,13 @@ class Demo:
             processes["run-api"] = [(self.api.proc.pid, ctime)] if ctime is not None else []
         self.summary["processes"] = processes
         with self.timings.phase("shutdown"):
-            for svc in (self.trainer, self.env):
-                if svc is not None:
-                    svc.stop(timeout=60 if svc is self.trainer else 15)
+            # The environment first: vLLM (stopped by the trainer) then has no client connections
+            # left to wait for. The trainer's first SIGTERM lets it finish its step and save a
+            # checkpoint; the second aborts (e.g. while it waits for vLLM to start).
+            if self.env is not None:
+                self.env.stop(timeout=15)
+            if self.trainer is not None:
+                self.trainer.stop(timeout=75, repeat_after=15)
             if self.api is not None:
                 self.api.stop()
             self._tmp.cleanup()
@@ -540,6 +552,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+
+    torch.set_num_threads(config.torch_threads)
     console = Console(stderr=True, highlight=False)
     t0 = time.perf_counter()
     signal.signal(signal.SIGINT, _raise_interrupted)

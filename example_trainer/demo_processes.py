@@ -100,21 +100,31 @@ class ServiceProcess:
             known[self.proc.pid] = self.create_time
         return known
 
-    def stop(self, timeout: float = 30.0) -> int | None:
+    def stop(self, timeout: float = 30.0, repeat_after: float | None = None) -> int | None:
         """Stop the process: SIGTERM to its process group, SIGKILL after ``timeout`` seconds.
 
-        Then any recorded descendant still running (the same process: same pid and start time) is
-        killed as well. Returns the exit code (None if the process was never started).
+        With ``repeat_after``, a second SIGTERM follows after that many seconds (for programs whose
+        first signal asks for a graceful stop and whose second aborts). Then any recorded descendant
+        still running (the same process: same pid and start time) is stopped as well. Returns the exit
+        code (None if the process was never started).
         """
         if self.proc is None:
             return None
         self.stop_requested = True
         self.record_descendants()
         if self.proc.poll() is None:
+            deadline = time.monotonic() + timeout
             _signal_group(self.proc.pid, signal.SIGTERM)
+            if repeat_after is not None and repeat_after < timeout:
+                try:
+                    self.proc.wait(repeat_after)
+                except subprocess.TimeoutExpired:
+                    self.record_descendants()
+                    _signal_group(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout)
+                self.proc.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
+                self.record_descendants()
                 _signal_group(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         # Whatever is left in its group (e.g. a worker that ignored SIGTERM) goes too.

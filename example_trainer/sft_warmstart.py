@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +30,7 @@ from example_trainer.heldout_eval import chat_prompt_ids, load_causal_lm
 logger = logging.getLogger(__name__)
 
 #: Bump when the training procedure changes, so stale cache entries are not reused.
-SFT_VERSION = 1
+SFT_VERSION = 2
 IGNORE_INDEX = -100
 #: Files identifying the base model in the cache key (contents hashed when present).
 _IDENTITY_FILES = ("config.json", "atropos_tiny_spec.json", "tokenizer.json")
@@ -42,10 +41,10 @@ class SftSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    steps: int = Field(300, ge=0, description="optimizer steps (0: no warm start)")
+    steps: int = Field(500, ge=0, description="optimizer steps (0: no warm start)")
     batch_size: int = Field(64, ge=1, description="examples per step")
-    lr: float = Field(3e-3, gt=0, description="peak learning rate (linear warmup, cosine decay)")
-    warmup_steps: int = Field(20, ge=0, description="linear warmup steps")
+    lr: float = Field(1e-3, gt=0, description="learning rate after the warmup (then constant)")
+    warmup_steps: int = Field(100, ge=0, description="linear warmup steps")
     weight_decay: float = Field(0.0, ge=0)
     seed: int = Field(0, description="torch seed of the run")
 
@@ -75,12 +74,10 @@ def collate(
 
 
 def lr_factor(step: int, settings: SftSettings) -> float:
-    """Multiplier of ``settings.lr`` at 0-based ``step``: linear warmup, then cosine decay to 10 %."""
+    """Multiplier of ``settings.lr`` at 0-based ``step``: linear warmup, then constant."""
     if settings.warmup_steps and step < settings.warmup_steps:
         return (step + 1) / settings.warmup_steps
-    span = max(settings.steps - settings.warmup_steps, 1)
-    progress = min((step - settings.warmup_steps) / span, 1.0)
-    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 1.0
 
 
 def train_sft(
