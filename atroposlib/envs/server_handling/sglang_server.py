@@ -17,26 +17,17 @@ from atroposlib.envs.server_handling.logprob_parsing import normalize_finish_rea
 from atroposlib.envs.server_handling.openai_compat import OpenAICompatibleServer
 from atroposlib.envs.server_handling.openai_server import resolve_openai_configs  # noqa: F401  (re-exported)
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ReasoningConfig, require_base_url
-from atroposlib.envs.server_handling.tokenizer_util import LazyTokenizer, encode_prompt
+from atroposlib.envs.server_handling.tokenizer_util import ConfigTokenizerMixin, encode_prompt
 from atroposlib.envs.server_handling.vllm_server import VLLMServer, sampling_params_from_kwargs
 
 
-class SGLangServer(OpenAICompatibleServer):
+class SGLangServer(ConfigTokenizerMixin, OpenAICompatibleServer):
     """Client for an SGLang server."""
 
     def __init__(self, config: APIServerConfig, reasoning_config: Optional[ReasoningConfig] = None):
         require_base_url(config, "sglang")
         super().__init__(config, reasoning_config=reasoning_config)
-        self._tokenizer = LazyTokenizer(config)
-
-    @property
-    def tokenizer(self) -> Any:
-        """The model's tokenizer, loaded on first access from ``tokenizer_name`` (or ``model_name``)."""
-        return self._tokenizer.get()
-
-    @tokenizer.setter
-    def tokenizer(self, value: Any) -> None:
-        self._tokenizer.set(value)
+        self._init_tokenizer(config)
 
     async def _probe_health(self) -> bool:
         """``GET {root}/health``."""

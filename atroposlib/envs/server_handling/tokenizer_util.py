@@ -56,3 +56,26 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     if bos is not None and len(ids) >= 2 and ids[0] == bos == ids[1]:
         ids = ids[1:]
     return ids
+
+
+class ConfigTokenizerMixin:
+    """Gives a server class a ``tokenizer`` attribute loaded lazily from its config.
+
+    The tokenizer named by ``tokenizer_name`` (or ``model_name``) is loaded on first access; assigning
+    ``server.tokenizer = tok`` injects one instead (tests, offline use). Call :meth:`_init_tokenizer` in
+    ``__init__``.
+    """
+
+    _tokenizer: LazyTokenizer
+
+    def _init_tokenizer(self, config: ServerBaseline) -> None:
+        self._tokenizer = LazyTokenizer(config)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer, loaded on first access from ``tokenizer_name`` (or ``model_name``)."""
+        return self._tokenizer.get()
+
+    @tokenizer.setter
+    def tokenizer(self, value: Any) -> None:
+        self._tokenizer.set(value)

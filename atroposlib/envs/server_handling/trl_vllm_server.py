@@ -26,7 +26,7 @@ from atroposlib.envs.server_handling.server_baseline import (
     ReasoningConfig,
     require_base_url,
 )
-from atroposlib.envs.server_handling.tokenizer_util import LazyTokenizer
+from atroposlib.envs.server_handling.tokenizer_util import ConfigTokenizerMixin
 
 #: Defaults TRL's server applies when a parameter is absent (sent explicitly, as the original did).
 TRL_DEFAULTS: dict[str, Any] = {
@@ -40,23 +40,14 @@ TRL_DEFAULTS: dict[str, Any] = {
 }
 
 
-class TrlVllmServer(APIServer):
+class TrlVllmServer(ConfigTokenizerMixin, APIServer):
     """Client for TRL's vLLM generation server."""
 
     def __init__(self, config: APIServerConfig, reasoning_config: Optional[ReasoningConfig] = None):
         require_base_url(config, "trl")
         super().__init__(config, reasoning_config=reasoning_config)
         self.http = HTTPClient(api_key=config.api_key or None, timeout=float(config.timeout))
-        self._tokenizer = LazyTokenizer(config)
-
-    @property
-    def tokenizer(self) -> Any:
-        """The model's tokenizer, loaded on first access from ``tokenizer_name`` (or ``model_name``)."""
-        return self._tokenizer.get()
-
-    @tokenizer.setter
-    def tokenizer(self, value: Any) -> None:
-        self._tokenizer.set(value)
+        self._init_tokenizer(config)
 
     @property
     def _url(self) -> str:

@@ -31,7 +31,7 @@ from atroposlib.envs.server_handling.logprob_parsing import (
 from atroposlib.envs.server_handling.openai_compat import OpenAICompatibleServer
 from atroposlib.envs.server_handling.openai_server import resolve_openai_configs  # noqa: F401  (re-exported)
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ReasoningConfig, require_base_url
-from atroposlib.envs.server_handling.tokenizer_util import LazyTokenizer, encode_prompt
+from atroposlib.envs.server_handling.tokenizer_util import ConfigTokenizerMixin, encode_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -73,24 +73,15 @@ def sampling_params_from_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any],
     return params, (float(timeout) if isinstance(timeout, (int, float)) else None)
 
 
-class VLLMServer(OpenAICompatibleServer):
+class VLLMServer(ConfigTokenizerMixin, OpenAICompatibleServer):
     """Client for a vLLM server (the trainer's ``/generate`` server or a plain ``vllm serve``)."""
 
     def __init__(self, config: APIServerConfig, reasoning_config: Optional[ReasoningConfig] = None):
         require_base_url(config, "vllm")
         super().__init__(config, reasoning_config=reasoning_config)
-        self._tokenizer = LazyTokenizer(config)
+        self._init_tokenizer(config)
         #: "generate", "openai", or None until detected on the first token-level call.
         self.token_api: Optional[str] = None
-
-    @property
-    def tokenizer(self) -> Any:
-        """The model's tokenizer, loaded on first access from ``tokenizer_name`` (or ``model_name``)."""
-        return self._tokenizer.get()
-
-    @tokenizer.setter
-    def tokenizer(self, value: Any) -> None:
-        self._tokenizer.set(value)
 
     async def _probe_health(self) -> bool:
         """``GET {root}/health`` (vLLM answers 200 when its engine is alive)."""
