@@ -70,7 +70,8 @@ class DemoConfig(BaseModel):
     # --- supervised warm start --------------------------------------------------------------------
     sft_steps: int = Field(450, ge=0, description="warm-start steps (0: start GRPO from the base model)")
     sft_batch_size: int = Field(64, ge=1, description="warm-start examples per step")
-    sft_lr: float = Field(1e-3, gt=0, description="warm-start learning rate (after a 100-step warmup)")
+    sft_lr: float = Field(1e-3, gt=0, description="warm-start learning rate (constant after the warmup)")
+    sft_warmup_steps: int = Field(100, ge=0, description="warm-start linear warmup steps")
 
     # --- GRPO -----------------------------------------------------------------------------------
     group_size: int = Field(8, ge=2, description="rollouts per problem")
@@ -245,7 +246,11 @@ class Demo:
 
                 base = build_tiny_model()
         settings = SftSettings(
-            steps=cfg.sft_steps, batch_size=cfg.sft_batch_size, lr=cfg.sft_lr, seed=cfg.seed
+            steps=cfg.sft_steps,
+            batch_size=cfg.sft_batch_size,
+            lr=cfg.sft_lr,
+            warmup_steps=cfg.sft_warmup_steps,
+            seed=cfg.seed,
         )
         task = progress.add_task("warm start (supervised)", total=max(cfg.sft_steps, 1))
 
@@ -356,6 +361,7 @@ class Demo:
             "OMP_NUM_THREADS": str(self.config.torch_threads),
             "MKL_NUM_THREADS": str(self.config.torch_threads),
         }
+        self._trainer_started = time.monotonic()
         self.trainer = ServiceProcess(
             "trainer",
             self.trainer_command(model_dir),
@@ -400,6 +406,7 @@ class Demo:
                 self._deadline_check(started)
                 for svc in self.services:
                     svc.record_descendants()
+        self.summary["vllm_ready_after_launch_s"] = round(time.monotonic() - self._trainer_started, 2)
         progress.remove_task(task)
 
     def run_grpo(self, progress: Any, started: float) -> int:
@@ -553,8 +560,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
+    import transformers
 
     torch.set_num_threads(config.torch_threads)
+    transformers.utils.logging.disable_progress_bar()  # the demo shows its own progress
     console = Console(stderr=True, highlight=False)
     t0 = time.perf_counter()
     signal.signal(signal.SIGINT, _raise_interrupted)

