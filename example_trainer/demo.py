@@ -77,7 +77,9 @@ class DemoConfig(BaseModel):
     group_size: int = Field(8, ge=2, description="rollouts per problem")
     batch_size: int = Field(256, ge=2, description="sequences per optimizer step")
     lr: float = Field(1e-4, gt=0, description="GRPO learning rate")
-    temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
+    temperature: float = Field(
+        1.0, gt=0, description="sampling temperature of the rollouts (the trainer scores them at 1.0)"
+    )
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range")
     max_answer_tokens: int = Field(8, ge=1, description="generation budget per reply")
     refresh_mode: Literal["reload", "restart"] = Field(
@@ -137,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
         default = None if info.default is PydanticUndefined else info.default
         if info.default_factory is not None:
             default = info.default_factory()
-        kwargs: dict[str, Any] = {"dest": name, "default": default, "help": info.description or " "}
+        # A None default means "computed at run time" (the description says how): not shown as a value.
+        shown = argparse.SUPPRESS if default is None else default
+        kwargs: dict[str, Any] = {"dest": name, "default": shown, "help": info.description or " "}
         if info.annotation is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif name == "operations":
@@ -221,6 +225,7 @@ class Demo:
         self.summary: dict[str, Any] = {"config": config.model_dump()}
         self._tmp = tempfile.TemporaryDirectory(prefix="atropos-demo-api-")
         self._stopped = False
+        self._vllm_ready = False
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
     # --- small helpers ------------------------------------------------------------------------
@@ -378,6 +383,10 @@ class Demo:
             cwd=REPO_ROOT,
         ).start()
         self.services.append(self.env)
+        self.say(
+            f"started run-api (pid {self.api.proc.pid}), trainer (pid {self.trainer.pid}; it starts vLLM on "
+            f"port {self.vllm_port}) and environment (pid {self.env.pid}); logs in {self.logs}"
+        )
 
     def _check_services(self) -> None:
         """Raise :class:`DemoFailed` if a service died before its time."""
@@ -406,6 +415,7 @@ class Demo:
                 self._deadline_check(started)
                 for svc in self.services:
                     svc.record_descendants()
+        self._vllm_ready = True
         self.summary["vllm_ready_after_launch_s"] = round(time.monotonic() - self._trainer_started, 2)
         progress.remove_task(task)
 
@@ -478,7 +488,8 @@ class Demo:
             if self.env is not None:
                 self.env.stop(timeout=15)
             if self.trainer is not None:
-                self.trainer.stop(timeout=75, repeat_after=15)
+                # Before vLLM is up there is no step to finish: abort at once.
+                self.trainer.stop(timeout=75, repeat_after=15 if self._vllm_ready else 1)
             if self.api is not None:
                 self.api.stop()
             self._tmp.cleanup()
