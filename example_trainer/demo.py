@@ -230,7 +230,8 @@ class Demo:
 
     # --- small helpers ------------------------------------------------------------------------
     def say(self, message: str) -> None:
-        self.console.print(message)
+        # Messages carry paths and log lines: no markup, no wrapping (copy-pasteable).
+        self.console.print(message, markup=False, soft_wrap=True)
 
     def _task(self) -> Any:
         from environments.arithmetic_server import ArithmeticTask
@@ -593,11 +594,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Progress(*columns, console=console, transient=True) as progress:
             before, after, steps = demo.run(progress)
     except Interrupted as exc:
-        console.print(f"{exc} received: every process was stopped; logs in {demo.logs}")
+        demo.say(f"{exc} received: every process was stopped; logs in {demo.logs}")
         status = 130
     except DemoFailed as exc:
-        console.print(f"[red]demo failed:[/red] {exc}")
-        console.print(f"logs in {demo.logs}")
+        console.print("[red]demo failed:[/red] ", end="")
+        demo.say(str(exc))
+        demo.say(f"logs in {demo.logs}")
         status = 1
     finally:
         demo.stop_services()

@@ -85,7 +85,8 @@ def test_demo_reduced_end_to_end(tmp_path):
         assert (logs / name).is_file(), name
     # vLLM was refreshed in place after each step, never restarted.
     assert not (logs / "vllm_1.log").exists()
-    assert (logs / "vllm_0.log").read_text().count('"POST /bridge/update_weights HTTP/1.1" 200') == 2
+    metrics = [json.loads(x) for x in (run_dir / "checkpoints" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "train/refresh_s" in m] == [1, 2]
     for label in ("before", "after"):
         samples = [json.loads(x) for x in (run_dir / f"eval_{label}.jsonl").read_text().splitlines()]
         assert len(samples) == 16
@@ -142,4 +143,23 @@ def test_ctrl_c_stops_every_process(tmp_path, moment):
     assert "held-out accuracy:" not in out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["exit_status"] == 130
+    _assert_all_stopped(summary)
+
+
+def test_a_failing_service_stops_the_demo_with_its_log(tmp_path):
+    # vLLM cannot become healthy within one second: the trainer gives up, and so does the demo.
+    proc = subprocess.run(
+        _demo_cmd(tmp_path, "--steps", "2", "--vllm-startup-timeout", "1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env=_env(),
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "demo failed: the trainer exited with 1" in proc.stderr
+    assert "did not become healthy" in proc.stderr  # the tail of the trainer's log
+    assert "held-out accuracy:" not in proc.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["exit_status"] == 1
     _assert_all_stopped(summary)
