@@ -569,6 +569,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"{PROG}: error: {describe_error(exc)}", file=sys.stderr)
         return 2
+    if not ENV_SCRIPT.is_file():
+        print(
+            f"{PROG}: error: {ENV_SCRIPT} not found; run the demo from a clone of the repository",
+            file=sys.stderr,
+        )
+        return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
