@@ -495,6 +495,14 @@ class Demo:
                 self.api.stop()
             self._tmp.cleanup()
 
+    def _plot(self, before: float, after: float, steps: int) -> None:
+        """Redraw the trainer's PNG with the held-out accuracy before and after GRPO on it."""
+        from example_trainer.reporting import plot_training_curves
+
+        metrics = self.ckpt_dir / "metrics.jsonl"
+        _append_accuracy(metrics, [(0, before), (steps, after)])
+        plot_training_curves(metrics, self.run_dir / "training_curves.png", max_step=steps)
+
     def run(self, progress: Any) -> tuple[float, float, int]:
         """All phases; returns (accuracy before, accuracy after, GRPO steps done)."""
         started = time.monotonic()
@@ -513,9 +521,17 @@ class Demo:
                 f"the trainer stopped after {steps} of {self.config.steps} steps:\n{self.trainer.tail()}"
             )
         after = self.evaluate(final, "after")
+        self._plot(before, after, steps)
         if not self.config.keep_checkpoints:
             _prune_checkpoints(self.ckpt_dir, keep_after=None)
         return before, after, steps
+
+
+def _append_accuracy(metrics_path: Path, points: Sequence[tuple[int, float]]) -> None:
+    """Add held-out accuracy records (``eval/accuracy`` at a step) to the trainer's ``metrics.jsonl``."""
+    with open(metrics_path, "a") as fh:
+        for step, accuracy in points:
+            fh.write(json.dumps({"step": step, "eval/accuracy": accuracy}) + "\n")
 
 
 def _read_new_records(path: Path, offset: int) -> tuple[int, list[dict[str, Any]]]:

@@ -87,6 +87,9 @@ def test_demo_reduced_end_to_end(tmp_path):
     assert not (logs / "vllm_1.log").exists()
     metrics = [json.loads(x) for x in (run_dir / "checkpoints" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "train/refresh_s" in m] == [1, 2]
+    accuracy = {m["step"]: m["eval/accuracy"] for m in metrics if "eval/accuracy" in m}
+    assert accuracy == {0: summary["accuracy_before"], 2: summary["accuracy_after"]}
+    assert (run_dir / "training_curves.png").stat().st_size > 1000
     for label in ("before", "after"):
         samples = [json.loads(x) for x in (run_dir / f"eval_{label}.jsonl").read_text().splitlines()]
         assert len(samples) == 16
