@@ -296,7 +296,10 @@ class Demo:
                 log_path=self.logs / "run-api.log",
             )
             self.logs.mkdir(parents=True, exist_ok=True)
-            self.api.start(timeout=60)
+            try:
+                self.api.start(timeout=60)
+            except RuntimeError as exc:
+                raise DemoFailed(str(exc)) from exc
 
     def trainer_command(self, model_dir: Path) -> list[str]:
         cfg = self.config
@@ -622,6 +625,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print("[red]demo failed:[/red] ", end="")
         demo.say(str(exc))
         demo.say(f"logs in {demo.logs}")
+        status = 1
+    except Exception as exc:  # noqa: BLE001 - one line for the user; every process is still stopped
+        demo.say(f"demo failed: {type(exc).__name__}: {exc} (logs in {demo.logs})")
         status = 1
     finally:
         demo.stop_services()
