@@ -780,7 +780,9 @@ async def run_server(args: Any) -> None:
     from vllm.entrypoints.launchers.utils.server_utils import get_uvicorn_log_config
 
     listen_address, sock = setup_server(args, reuse_port=False)
-    uvicorn_kwargs: dict[str, Any] = {}
+    # Clients holding keep-alive connections (e.g. environments) must not stall a SIGTERM: the manager
+    # would otherwise have to kill the server after its own timeout.
+    uvicorn_kwargs: dict[str, Any] = {"timeout_graceful_shutdown": 5}
     log_config = get_uvicorn_log_config(args)
     if log_config is not None:
         uvicorn_kwargs["log_config"] = log_config
