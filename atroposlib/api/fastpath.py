@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from atroposlib.api.logs import event
 from atroposlib.api.metrics import ApiMetrics
 from atroposlib.api.responses import dumps
 from atroposlib.api.state import NOT_REGISTERED_MESSAGE, NotRegistered, QueueFull, TrajectoryState
+from atroposlib.api.store import STORAGE_ERRORS
 from atroposlib.api.validation import InvalidRequest, check_groups, decode_group, decode_group_list
 
 logger = logging.getLogger("atroposlib.api")
@@ -68,7 +68,7 @@ def error_outcome(exc: Exception, metrics: ApiMetrics, retry_after: int) -> Outc
     if isinstance(exc, QueueFull):
         metrics.rejected.labels(reason="queue_full").inc()
         return _json(503, {"detail": f"queue full: {exc}"}, ((b"retry-after", str(retry_after).encode()),))
-    if isinstance(exc, sqlite3.Error):
+    if isinstance(exc, STORAGE_ERRORS):
         metrics.rejected.labels(reason="storage_error").inc()
         logger.error("storage error: %s", exc)
         return _json(
@@ -86,7 +86,7 @@ def ingest_one(state: TrajectoryState, metrics: ApiMetrics, body: bytes, retry_a
         group = decode_group(body)
         check_groups([group], state.admission_rules(), in_list=False)
         (result,) = state.ingest([group])
-    except (InvalidRequest, QueueFull, sqlite3.Error) as exc:
+    except (InvalidRequest, QueueFull, *STORAGE_ERRORS) as exc:
         return error_outcome(exc, metrics, retry_after)
     metrics.ingest_latency.observe(time.perf_counter() - started)
     return _json(200, result)
@@ -99,7 +99,7 @@ def ingest_many(state: TrajectoryState, metrics: ApiMetrics, body: bytes, retry_
         groups = decode_group_list(body)
         check_groups(groups, state.admission_rules(), in_list=True)
         results = state.ingest(groups) if groups else []
-    except (InvalidRequest, QueueFull, sqlite3.Error) as exc:
+    except (InvalidRequest, QueueFull, *STORAGE_ERRORS) as exc:
         return error_outcome(exc, metrics, retry_after)
     response: dict[str, Any] = {"status": "received", "groups_processed": len(groups)}
     buffered = [r for r in results if r["status"] == "buffered"]
@@ -117,7 +117,7 @@ def serve_batch(state: TrajectoryState, metrics: ApiMetrics, retry_after: int) -
         served = state.next_batch()
     except NotRegistered:
         return _json(200, {"status": "error", "message": NOT_REGISTERED_MESSAGE, "batch": []})
-    except sqlite3.Error as exc:
+    except STORAGE_ERRORS as exc:
         return error_outcome(exc, metrics, retry_after)
     if served is None:
         return Outcome(200, _NULL_BATCH)

@@ -18,7 +18,6 @@ Status codes beyond the original's (which answered 500 in these cases):
 from __future__ import annotations
 
 import logging
-import sqlite3
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -53,7 +52,7 @@ from atroposlib.api.state import (
     UnknownBatch,
     UnknownEnv,
 )
-from atroposlib.api.store import SqliteStore, Store
+from atroposlib.api.store import STORAGE_ERRORS, SqliteStore, Store
 from atroposlib.api.validation import (
     InvalidRequest,
     decode_model,
@@ -185,9 +184,11 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
     async def _full(request: Request, exc: QueueFull) -> Response:
         return to_response(error_outcome(exc, metrics, config.retry_after_seconds))
 
-    @app.exception_handler(sqlite3.Error)
-    async def _storage(request: Request, exc: sqlite3.Error) -> Response:
-        return to_response(error_outcome(exc, metrics, config.retry_after_seconds))
+    for storage_error in STORAGE_ERRORS:
+
+        @app.exception_handler(storage_error)
+        async def _storage(request: Request, exc: Exception) -> Response:
+            return to_response(error_outcome(exc, metrics, config.retry_after_seconds))
 
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(request: Request, exc: RequestValidationError) -> Response:

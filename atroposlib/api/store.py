@@ -11,17 +11,18 @@ SQLite layout (one file, ``<data_dir>/trajectory_api.sqlite3``, WAL mode):
   high-water marks kept across resets), ``latest`` (copy of the latest group once its row is
   gone), ``schema``.
 - ``envs(env_id, record)``: env registry, record as JSON.
-- ``groups(gid, env_id, size, nbytes, loc, qseq, received_step, received_at)``: every group not
-  yet discarded; ``loc`` says where it is (queue, buffer, batch, retired), ``qseq`` is its
-  position in the order groups entered the queue.
-- ``group_data(gid, data)``: the stored JSON of each group, written once and never updated
-  (kept apart so that moving a group rewrites a small row, not its data).
+- ``groups(gid, env_id, size, nbytes, loc, qseq, received_step, received_at, seg, off, crc)``:
+  every group not yet discarded; ``loc`` says where it is (queue, buffer, batch, retired),
+  ``qseq`` is its position in the order groups entered the queue, and ``seg``/``off``/``nbytes``/
+  ``crc`` locate its stored JSON in the payload log (``<data_dir>/payloads/``, see
+  :mod:`atroposlib.api.payload_log`), written before the row commits.
 - ``batches(bid, state, pos, served, gids)``: formed batches, pending (``state=0``, a stack
   ordered by ``pos``) or served and unacknowledged (``state=1``, ordered by ``pos``).
 
 With ``synchronous=NORMAL`` a committed transaction survives a crash of the process (``kill
--9``); ``synchronous=FULL`` also survives power loss. WAL checkpoints run in a background
-thread so that the request path never waits for them.
+-9``); ``synchronous=FULL`` also survives power loss (payloads are flushed before each commit).
+WAL checkpoints run in a background thread so that the request path never waits for them; the
+payload segment being written is flushed before each checkpoint.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -37,8 +39,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-SCHEMA_VERSION = 1
+from atroposlib.api.payload_log import Extent, PayloadError, PayloadLog
+
+SCHEMA_VERSION = 2
 DB_FILENAME = "trajectory_api.sqlite3"
+PAYLOAD_DIRNAME = "payloads"
+#: What a failing store raises during a request (answered 503, nothing changed).
+STORAGE_ERRORS = (sqlite3.Error, PayloadError)
+logger = logging.getLogger("atroposlib.api")
 LOCK_FILENAME = "run-api.lock"
 
 LOC_QUEUE, LOC_BUFFER, LOC_BATCH, LOC_RETIRED = 0, 1, 2, 3
@@ -128,9 +136,11 @@ CREATE TABLE IF NOT EXISTS groups (
     loc INTEGER NOT NULL,
     qseq INTEGER NOT NULL,
     received_step INTEGER NOT NULL,
-    received_at REAL NOT NULL
+    received_at REAL NOT NULL,
+    seg INTEGER,
+    off INTEGER,
+    crc INTEGER
 );
-CREATE TABLE IF NOT EXISTS group_data (gid INTEGER PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS batches (
     bid INTEGER PRIMARY KEY,
     state INTEGER NOT NULL,
@@ -142,24 +152,33 @@ CREATE TABLE IF NOT EXISTS batches (
 
 
 class _SqliteTransaction:
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, conn: sqlite3.Connection, log: PayloadLog):
         self._conn = conn
+        self._log = log
+        #: Segments written into / released by this transaction, one entry per group.
+        self.appended: list[int] = []
+        self.dropped: list[int] = []
+        self.cleared = False
 
     def add_group(self, row: GroupRow, data: bytes) -> None:
+        extent = self._log.append(data)
+        self.appended.append(extent.segment)
         self._conn.execute(
-            "INSERT INTO groups VALUES (?,?,?,?,?,?,?,?)",
+            "INSERT INTO groups VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (
                 row.gid,
                 row.env_id,
                 row.size,
-                row.nbytes,
+                extent.length,
                 row.loc,
                 row.qseq,
                 row.received_step,
                 row.received_at,
+                extent.segment,
+                extent.offset,
+                extent.crc,
             ),
         )
-        self._conn.execute("INSERT INTO group_data VALUES (?,?)", (row.gid, data))
 
     def move_groups(self, gids: Iterable[int], loc: int, qseqs: Iterable[int] | None = None) -> None:
         if qseqs is None:
@@ -171,9 +190,14 @@ class _SqliteTransaction:
             )
 
     def delete_groups(self, gids: Iterable[int]) -> None:
-        keys = [(g,) for g in gids]
-        self._conn.executemany("DELETE FROM groups WHERE gid=?", keys)
-        self._conn.executemany("DELETE FROM group_data WHERE gid=?", keys)
+        keys = list(gids)
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            self.dropped.extend(
+                seg for (seg,) in self._conn.execute(f"SELECT seg FROM groups WHERE gid IN ({marks})", chunk)
+            )
+            self._conn.execute(f"DELETE FROM groups WHERE gid IN ({marks})", chunk)
 
     def put_batch(self, batch: BatchRow) -> None:
         self._conn.execute(
@@ -196,17 +220,17 @@ class _SqliteTransaction:
 
     def reset(self, hwm: dict[str, int]) -> None:
         self._conn.execute("DELETE FROM groups")
-        self._conn.execute("DELETE FROM group_data")
         self._conn.execute("DELETE FROM batches")
         self._conn.execute("DELETE FROM envs")
         self._put("hwm", json.dumps(hwm))
+        self.cleared = True
 
     def _put(self, key: str, value: Any) -> None:
         self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, value))
 
 
 class SqliteStore:
-    """The durable store: one SQLite database in WAL mode under ``data_dir``.
+    """The durable store: one SQLite database in WAL mode plus a payload log under ``data_dir``.
 
     Holds an exclusive lock file for its lifetime, so two servers never share a data dir.
     Raises :class:`StoreError` when the directory cannot be used.
@@ -224,9 +248,10 @@ class SqliteStore:
         self._lock_fd = self._acquire_lock()
         self.path = self.data_dir / DB_FILENAME
         try:
+            self.log = PayloadLog(self.data_dir / PAYLOAD_DIRNAME, fsync=synchronous == "full")
             self._conn = self._connect(synchronous)
             self._init_schema()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, PayloadError) as exc:
             self._release_lock()
             raise StoreError(f"cannot open {self.path}: {exc}") from None
         self._stop = threading.Event()
@@ -282,7 +307,33 @@ class SqliteStore:
                 f"{self.path} was written by a newer atroposlib (schema {row[0]} > {SCHEMA_VERSION})"
             )
         self._conn.executescript(_SCHEMA)
+        if row is not None and int(row[0]) < SCHEMA_VERSION:
+            self._migrate(int(row[0]))
         self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+
+    def _migrate(self, version: int) -> None:
+        """Schema 1 kept group data in a ``group_data`` table: move it into the payload log."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for column in ("seg", "off", "crc"):
+                conn.execute(f"ALTER TABLE groups ADD COLUMN {column} INTEGER")
+            moved = []
+            for gid, data in conn.execute("SELECT gid, data FROM group_data").fetchall():
+                extent = self.log.append(bytes(data))
+                moved.append(extent.segment)
+                conn.execute(
+                    "UPDATE groups SET seg=?, off=?, nbytes=?, crc=? WHERE gid=?",
+                    (extent.segment, extent.offset, extent.length, extent.crc, gid),
+                )
+            conn.execute("DROP TABLE group_data")
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            self.log.sync()
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        logger.info("moved the data of %d groups from schema %d to the payload log", len(moved), version)
 
     def _checkpoint_loop(self, interval: float) -> None:
         try:
@@ -291,6 +342,8 @@ class SqliteStore:
             return
         try:
             while not self._stop.wait(interval):
+                # Payloads reach the disk before the rows that point to them are checkpointed.
+                self.log.sync()
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         finally:
@@ -304,12 +357,20 @@ class SqliteStore:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
+        self.log.sync()
+        self.log.close()
         self._release_lock()
 
     # ---------------------------------------------------------------- reads
 
     def load(self) -> Snapshot:
         conn = self._conn
+        self._drop_lost_groups()
+        self.log.set_references(
+            dict(
+                conn.execute("SELECT seg, count(*) FROM groups WHERE seg IS NOT NULL GROUP BY seg").fetchall()
+            )
+        )
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         snap = Snapshot()
         snap.meta = json.loads(meta["state"]) if "state" in meta else {}
@@ -331,29 +392,72 @@ class SqliteStore:
         ]
         return snap
 
-    def read_groups(self, gids: Sequence[int]) -> list[bytes]:
-        """Stored JSON of the given groups, in the given order (KeyError if one is missing)."""
-        found: dict[int, bytes] = {}
+    def _drop_lost_groups(self) -> None:
+        """Forget groups whose data did not reach the disk (possible only after a power loss
+        under ``synchronous=NORMAL``): the rows would point past the end of their segment."""
+        sizes: dict[int, int] = {}
+        lost = []
+        for gid, seg, off, nbytes in self._conn.execute("SELECT gid, seg, off, nbytes FROM groups"):
+            if seg not in sizes:
+                sizes[seg] = -1 if seg is None else self.log.size(seg)
+            if off is None or off + nbytes > sizes[seg]:
+                lost.append(gid)
+        if not lost:
+            return
+        logger.error(
+            "%d queued groups lost their data in an unclean shutdown of the machine and are dropped",
+            len(lost),
+        )
+        gone = set(lost)
+        with self.transaction() as tx:
+            tx.delete_groups(lost)
+            for bid, state, pos, served, gids in self._conn.execute("SELECT * FROM batches").fetchall():
+                kept = [g for g in json.loads(gids) if g not in gone]
+                if not kept:
+                    tx.delete_batch(bid)
+                elif len(kept) != len(json.loads(gids)):
+                    tx.put_batch(BatchRow(bid, state, pos, served, kept))
+
+    def _extents(self, gids: Sequence[int]) -> dict[int, Extent]:
+        found: dict[int, Extent] = {}
         for start in range(0, len(gids), 500):
             chunk = gids[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            found.update(
-                self._conn.execute(f"SELECT gid, data FROM group_data WHERE gid IN ({marks})", chunk)
-            )
-        return [found[g] for g in gids]
+            for gid, seg, off, nbytes, crc in self._conn.execute(
+                f"SELECT gid, seg, off, nbytes, crc FROM groups WHERE gid IN ({marks})", chunk
+            ):
+                found[gid] = Extent(seg, off, nbytes, crc)
+        return found
+
+    def read_groups(self, gids: Sequence[int]) -> list[bytes]:
+        """Stored JSON of the given groups, in the given order.
+
+        Raises KeyError if one is unknown, :class:`PayloadError` if its data is damaged.
+        """
+        extents = self._extents(gids)
+        return [self.log.read(extents[g]) for g in gids]
 
     def read_group(self, gid: int) -> bytes | None:
-        row = self._conn.execute("SELECT data FROM group_data WHERE gid=?", (gid,)).fetchone()
-        return None if row is None else row[0]
+        extent = self._extents([gid]).get(gid)
+        return None if extent is None else self.log.read(extent)
 
     # ---------------------------------------------------------------- writes
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_SqliteTransaction]:
         self._conn.execute("BEGIN IMMEDIATE")
+        tx = _SqliteTransaction(self._conn, self.log)
         try:
-            yield _SqliteTransaction(self._conn)
+            yield tx
+            if tx.appended and self.log.fsync:
+                self.log.sync()
+            self._conn.execute("COMMIT")
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            self.log.settle(tx.appended, tx.dropped, committed=False)
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
             raise
-        self._conn.execute("COMMIT")
+        if tx.cleared:
+            self.log.clear()
+        else:
+            self.log.settle(tx.appended, tx.dropped, committed=True)

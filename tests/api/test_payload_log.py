@@ -1,0 +1,146 @@
+"""Group payloads in append-only segment files: writing, reclaiming, damage, migration."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import orjson
+import pytest
+
+from atroposlib.api.fastpath import error_outcome
+from atroposlib.api.metrics import ApiMetrics
+from atroposlib.api.payload_log import PayloadError, PayloadLog
+from atroposlib.api.state import TrajectoryState
+from atroposlib.api.store import DB_FILENAME, PAYLOAD_DIRNAME, SCHEMA_VERSION, SqliteStore
+from tests.api.test_state import grp, put, reg, served_markers
+
+
+def test_append_read_and_crc(tmp_path):
+    log = PayloadLog(tmp_path)
+    first, second = log.append(b"alpha"), log.append(b"beta")
+    assert (first.offset, second.offset) == (0, 5) and first.segment == second.segment
+    log.settle([first.segment, second.segment], [], committed=True)
+    assert log.read(second) == b"beta" and log.read(first) == b"alpha"
+    log.path(first.segment).write_bytes(b"alphaXeta")
+    with pytest.raises(PayloadError, match="damaged"):
+        log.read(second)
+    log.close()
+
+
+def test_segments_rotate_and_are_deleted_once_unreferenced(tmp_path):
+    log = PayloadLog(tmp_path, segment_bytes=10)
+    extents = [log.append(b"x" * 6) for _ in range(4)]  # two per segment
+    segments = sorted({e.segment for e in extents})
+    assert len(segments) == 2 and log.segments() == segments
+    log.settle([e.segment for e in extents], [], committed=True)
+    log.settle([], [extents[0].segment, extents[1].segment], committed=True)
+    assert log.segments() == segments[1:]  # the first one had no rows left
+    log.settle([], [extents[2].segment, extents[3].segment], committed=True)
+    assert log.segments() == segments[1:]  # the one being written stays
+    log.close()
+
+
+def test_a_segment_with_uncommitted_writes_is_kept(tmp_path):
+    log = PayloadLog(tmp_path, segment_bytes=10)
+    pending = log.append(b"y" * 12)  # fills the first segment
+    later = log.append(b"z")  # rotates
+    assert pending.segment in log.segments()
+    log.settle([pending.segment, later.segment], [], committed=True)
+    assert log.read(pending) == b"y" * 12
+    log.close()
+
+
+def test_rolled_back_writes_leave_no_references(tmp_path):
+    log = PayloadLog(tmp_path, segment_bytes=4)
+    extent = log.append(b"abcd")
+    log.append(b"e")  # rotates away from the first segment
+    log.settle([extent.segment], [], committed=False)
+    assert extent.segment not in log.segments()
+    log.close()
+
+
+def test_store_keeps_payloads_outside_sqlite_and_reclaims_them(tmp_path):
+    store = SqliteStore(tmp_path)
+    store.log.segment_bytes = 1  # one segment per group
+    state = TrajectoryState(store, inspect_history=0)
+    state.register(reg(batch_size=2))
+    put(state, grp(2, 10), grp(2, 20), grp(2, 30))
+    columns = [r[1] for r in store._conn.execute("PRAGMA table_info(groups)")]
+    assert {"seg", "off", "crc"} <= set(columns)
+    assert store._conn.execute("SELECT name FROM sqlite_master WHERE name='group_data'").fetchone() is None
+    payload_dir = tmp_path / PAYLOAD_DIRNAME
+    assert len(list(payload_dir.iterdir())) == 3
+    for marker in (30, 20):
+        served = state.next_batch()
+        assert served_markers(served) == [marker]
+        state.acknowledge(served.batch_id)
+    # 20's segment is gone; 10's is still queued and 30's is the one being written
+    assert sorted(p.name for p in payload_dir.iterdir()) == ["0000000001.log", "0000000003.log"]
+    state.reset()
+    assert list(payload_dir.iterdir()) == []
+    store.close()
+
+
+def test_restart_drops_groups_whose_data_never_reached_the_disk(tmp_path):
+    store = SqliteStore(tmp_path)
+    state = TrajectoryState(store)
+    state.register(reg(batch_size=4))
+    put(state, grp(2, 10), grp(2, 20), grp(2, 30), grp(2, 40))
+    state.next_batch()  # forms two batches: one served, one pending
+    store.close()
+    segment = next((tmp_path / PAYLOAD_DIRNAME).iterdir())
+    data = segment.read_bytes()
+    segment.write_bytes(data[: len(data) // 2])  # a power loss kept only the first half
+    reopened = TrajectoryState(SqliteStore(tmp_path))
+    survivors = sorted(row.gid for row in reopened.groups.values())
+    assert survivors and len(survivors) < 4
+    for batch in [*reopened.stack, *reopened.unacked.values()]:
+        assert set(batch.gids) <= set(survivors)
+    reopened.store.close()
+
+
+def test_damaged_payload_is_a_503_not_a_crash(tmp_path):
+    store = SqliteStore(tmp_path)
+    state = TrajectoryState(store)
+    state.register(reg(batch_size=2))
+    put(state, grp(2, 10))
+    segment = next((tmp_path / PAYLOAD_DIRNAME).iterdir())
+    segment.write_bytes(b"#" * segment.stat().st_size)
+    with pytest.raises(PayloadError) as caught:
+        state.next_batch()
+    outcome = error_outcome(caught.value, ApiMetrics(lambda: state), retry_after=3)
+    assert outcome.status == 503 and b"damaged" in outcome.body
+    store.close()
+
+
+def test_schema_1_data_dir_is_migrated(tmp_path):
+    group = orjson.loads(grp(2, 70).data)
+    conn = sqlite3.connect(tmp_path / DB_FILENAME, isolation_level=None)
+    conn.executescript(
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+        CREATE TABLE envs (env_id INTEGER PRIMARY KEY, record TEXT NOT NULL);
+        CREATE TABLE groups (gid INTEGER PRIMARY KEY, env_id INTEGER, size INTEGER NOT NULL,
+            nbytes INTEGER NOT NULL, loc INTEGER NOT NULL, qseq INTEGER NOT NULL,
+            received_step INTEGER NOT NULL, received_at REAL NOT NULL);
+        CREATE TABLE group_data (gid INTEGER PRIMARY KEY, data BLOB NOT NULL);
+        CREATE TABLE batches (bid INTEGER PRIMARY KEY, state INTEGER NOT NULL, pos INTEGER NOT NULL,
+            served INTEGER NOT NULL, gids TEXT NOT NULL);
+        """
+    )
+    meta = {"registered": True, "batch_size": 2, "max_token_len": 64, "step": 3, "started": True}
+    conn.execute("INSERT INTO meta VALUES ('schema', '1')")
+    conn.execute("INSERT INTO meta VALUES ('state', ?)", (json.dumps(meta),))
+    blob = orjson.dumps(group)
+    conn.execute("INSERT INTO groups VALUES (1, NULL, 2, ?, 0, 1, 3, 0.0)", (len(blob),))
+    conn.execute("INSERT INTO group_data VALUES (1, ?)", (blob,))
+    conn.close()
+    store = SqliteStore(tmp_path)
+    assert store._conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == str(
+        SCHEMA_VERSION
+    )
+    state = TrajectoryState(store)
+    assert state.meta.step == 3
+    assert served_markers(state.next_batch()) == [70]
+    store.close()
