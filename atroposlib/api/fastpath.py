@@ -27,13 +27,14 @@ except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fall
     from zlib import compress as _compress
 
 from atroposlib.api.auth import UNAUTHORIZED_DETAIL, bearer_token
-from atroposlib.api.limits import BodyLimits, Rejection, read_body
+from atroposlib.api.decode_pool import Decoded, DecodePool, decode_body
+from atroposlib.api.limits import BodyLimits, Rejection, receive_body
 from atroposlib.api.logs import event
 from atroposlib.api.metrics import ApiMetrics
 from atroposlib.api.responses import dumps
 from atroposlib.api.state import NOT_REGISTERED_MESSAGE, NotRegistered, QueueFull, TrajectoryState
 from atroposlib.api.store import STORAGE_ERRORS
-from atroposlib.api.validation import InvalidRequest, check_groups, decode_group, decode_group_list
+from atroposlib.api.validation import InvalidRequest, check_groups
 
 logger = logging.getLogger("atroposlib.api")
 
@@ -80,33 +81,47 @@ def error_outcome(exc: Exception, metrics: ApiMetrics, retry_after: int) -> Outc
 
 
 def ingest_one(state: TrajectoryState, metrics: ApiMetrics, body: bytes, retry_after: int) -> Outcome:
-    """``POST /scored_data``."""
+    """``POST /scored_data`` of an inflated body."""
     started = time.perf_counter()
-    try:
-        group = decode_group(body)
-        check_groups([group], state.admission_rules(), in_list=False)
-        (result,) = state.ingest([group])
-    except (InvalidRequest, QueueFull, *STORAGE_ERRORS) as exc:
-        return error_outcome(exc, metrics, retry_after)
-    metrics.ingest_latency.observe(time.perf_counter() - started)
-    return _json(200, result)
+    return admit(state, metrics, decode_body("one", body, False, 0), retry_after, started)
 
 
 def ingest_many(state: TrajectoryState, metrics: ApiMetrics, body: bytes, retry_after: int) -> Outcome:
-    """``POST /scored_data_list``: all or nothing."""
+    """``POST /scored_data_list`` of an inflated body: all or nothing."""
     started = time.perf_counter()
+    return admit(state, metrics, decode_body("many", body, False, 0), retry_after, started, in_list=True)
+
+
+def admit(
+    state: TrajectoryState,
+    metrics: ApiMetrics,
+    decoded: Decoded,
+    retry_after: int,
+    started: float,
+    *,
+    in_list: bool = False,
+) -> Outcome:
+    """Check decoded groups against the current registration and queue them (or say why not)."""
+    if decoded.rejection is not None:
+        rejection = decoded.rejection
+        metrics.rejected.labels(reason=rejection.reason).inc()
+        return Outcome(rejection.status, rejection.body, content_type=rejection.content_type)
     try:
-        groups = decode_group_list(body)
-        check_groups(groups, state.admission_rules(), in_list=True)
+        if decoded.invalid is not None:
+            raise decoded.invalid
+        groups = decoded.groups
+        check_groups(groups, state.admission_rules(), in_list=in_list)
         results = state.ingest(groups) if groups else []
     except (InvalidRequest, QueueFull, *STORAGE_ERRORS) as exc:
         return error_outcome(exc, metrics, retry_after)
+    metrics.ingest_latency.observe(time.perf_counter() - started)
+    if not in_list:
+        return _json(200, results[0])
     response: dict[str, Any] = {"status": "received", "groups_processed": len(groups)}
     buffered = [r for r in results if r["status"] == "buffered"]
     if buffered:
         response["buffered"] = len(buffered)
         response["last_buffer_size"] = buffered[-1]["buffer_size"]
-    metrics.ingest_latency.observe(time.perf_counter() - started)
     return _json(200, response)
 
 
@@ -179,8 +194,10 @@ class FastPathMiddleware:
         limits: BodyLimits,
         api_key: str | None,
         retry_after: int,
+        pool: DecodePool | None = None,
     ):
         self.app = app
+        self.pool = pool
         self.get_state = get_state
         self.metrics = metrics
         self.limits = limits
@@ -209,15 +226,22 @@ class FastPathMiddleware:
         if kind == "batch":
             outcome = serve_batch(state, self.metrics, self.retry_after)
         else:
-            body = await read_body(scope, receive, self.limits, json_route=True)
-            if body is None:
+            received = await receive_body(scope, receive, self.limits, json_route=True)
+            if received is None:
                 return
-            if isinstance(body, Rejection):
-                self.metrics.rejected.labels(reason=body.reason).inc()
-                await body.send(send)
+            if isinstance(received, Rejection):
+                self.metrics.rejected.labels(reason=received.reason).inc()
+                await received.send(send)
                 return
-            if kind == "one":
-                outcome = ingest_one(state, self.metrics, body, self.retry_after)
+            started = time.perf_counter()
+            data, gzipped = received
+            if self.pool is not None:
+                decoded = await self.pool.decode(kind, data, gzipped)
             else:
-                outcome = ingest_many(state, self.metrics, body, self.retry_after)
+                decoded = decode_body(kind, data, gzipped, self.limits.max_inflated_bytes)
+            if decoded.rejection is not None:
+                self.metrics.rejected.labels(reason=decoded.rejection.reason).inc()
+                await decoded.rejection.send(send)
+                return
+            outcome = admit(state, self.metrics, decoded, self.retry_after, started, in_list=kind == "many")
         await send_outcome(send, outcome, accepts_gzip)

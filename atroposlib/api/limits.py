@@ -107,13 +107,14 @@ class BodyLimits:
     max_inflated_bytes: int
 
 
-async def read_body(
+async def receive_body(
     scope: Scope, receive: Receive, limits: BodyLimits, *, json_route: bool
-) -> bytes | Rejection | None:
-    """Read (and inflate) a request body within ``limits``.
+) -> tuple[bytes, bool] | Rejection | None:
+    """Read a request body within ``limits``, without inflating it.
 
-    Returns the body, a :class:`Rejection` to send instead of handling the request, or ``None``
-    when the client disconnected. ``json_route`` enables the 415 check of ``Content-Type``.
+    Returns ``(body, gzipped)``, a :class:`Rejection` to send instead of handling the request,
+    or ``None`` when the client disconnected. ``json_route`` enables the 415 check of
+    ``Content-Type``. ``gzipped`` is true when the body must go through :func:`inflate_body`.
     """
     content_length = content_type = None
     encoding = ""
@@ -151,14 +152,28 @@ async def read_body(
         if not message.get("more_body", False):
             break
     data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    if data and "gzip" in encoding:
-        try:
-            data = inflate_gzip(data, limits.max_inflated_bytes)
-        except InvalidGzip:
-            return Rejection(400, INVALID_GZIP, b"text/plain; charset=utf-8", reason="invalid_gzip")
-        except BodyTooLarge:
-            return _too_large(limits.max_inflated_bytes, "max_inflated_bytes")
-    return data
+    return data, bool(data) and "gzip" in encoding
+
+
+def inflate_body(data: bytes, max_inflated_bytes: int) -> bytes | Rejection:
+    """The inflated gzip ``data``, or the 400/413 :class:`Rejection` for a bad or too big one."""
+    try:
+        return inflate_gzip(data, max_inflated_bytes)
+    except InvalidGzip:
+        return Rejection(400, INVALID_GZIP, b"text/plain; charset=utf-8", reason="invalid_gzip")
+    except BodyTooLarge:
+        return _too_large(max_inflated_bytes, "max_inflated_bytes")
+
+
+async def read_body(
+    scope: Scope, receive: Receive, limits: BodyLimits, *, json_route: bool
+) -> bytes | Rejection | None:
+    """:func:`receive_body`, then :func:`inflate_body` for a gzip body: the body as JSON text."""
+    received = await receive_body(scope, receive, limits, json_route=json_route)
+    if received is None or isinstance(received, Rejection):
+        return received
+    data, gzipped = received
+    return inflate_body(data, limits.max_inflated_bytes) if gzipped else data
 
 
 class RequestBodyMiddleware:

@@ -30,6 +30,7 @@ from starlette.responses import Response
 
 from atroposlib.api.auth import ApiKeyMiddleware
 from atroposlib.api.config import ApiConfig
+from atroposlib.api.decode_pool import DecodePool, default_workers
 from atroposlib.api.fastpath import (
     FastPathMiddleware,
     Outcome,
@@ -123,6 +124,7 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
         try:
             yield
         finally:
+            await pool.close()
             opened.close()
             event(logger, logging.INFO, "trajectory API stopped")
 
@@ -131,6 +133,9 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
     app.state.trajectory = None
     metrics = ApiMetrics(lambda: app.state.trajectory)
     app.state.metrics = metrics
+    workers = default_workers() if config.decode_workers is None else config.decode_workers
+    pool = DecodePool(workers, config.max_inflated_bytes)
+    app.state.decode_pool = pool
 
     def reject(reason: str) -> None:
         metrics.rejected.labels(reason=reason).inc()
@@ -161,6 +166,7 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
         limits=BodyLimits(config.max_body_bytes, config.max_inflated_bytes),
         api_key=config.api_key,
         retry_after=config.retry_after_seconds,
+        pool=pool,
     )
 
     def state_of(request: Request) -> TrajectoryState:

@@ -79,6 +79,9 @@ class InvalidRequest(Exception):
         super().__init__(errors[0]["msg"] if errors else "invalid request")
         self.errors = errors[:MAX_ERRORS]
 
+    def __reduce__(self):  # rebuilt from the errors, not from the message (decode workers pickle it)
+        return (InvalidRequest, (self.errors,))
+
 
 @dataclass(slots=True)
 class Group:
