@@ -10,7 +10,8 @@ Measured, alternating between the servers in every round (these machines are noi
 ratios matter more than the absolute numbers):
 
 - ingest: ``POST /scored_data`` requests per second at several concurrency levels, and the
-  server's CPU time per request; the client sends pre-built requests over keep-alive sockets
+  server's CPU time per request (its decode worker processes included); the client sends
+  pre-built requests over keep-alive sockets
   (``--client aiohttp`` for aiohttp), so that its own CPU use, shared with the servers on a small
   machine, stays a small part of the figure;
 - ``GET /batch``: latency (p50/p99) to serve one batch of 64 sequences (``Accept-Encoding:
@@ -99,6 +100,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def descendants(pid: int) -> list[int]:
+    """Pids of the live child processes of ``pid``, recursively."""
+    found = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                found += [int(child), *descendants(int(child))]
+    return found
+
+
 @dataclass
 class Server:
     name: str
@@ -141,15 +152,23 @@ class Server:
                 self.proc.wait(5)
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the server process (all threads) so far."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """User + system CPU time of the server and its live child processes (decode workers)."""
+        total = 0
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
 
     def rss_bytes(self) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmRSS")
+        """Resident memory of the server and its live child processes (decode workers)."""
+        total = 0
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+        return total
 
 
 @contextlib.contextmanager
