@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
+import psutil
 import requests
 
 ORIGINAL_VERSION = "0.4.0"
@@ -100,16 +101,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def descendants(pid: int) -> list[int]:
-    """Pids of the live child processes of ``pid``, recursively."""
-    found = []
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            for child in (task / "children").read_text().split():
-                found += [int(child), *descendants(int(child))]
-    return found
-
-
 @dataclass
 class Server:
     name: str
@@ -151,23 +142,26 @@ class Server:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
 
+    def _tree(self) -> list[psutil.Process]:
+        """The server process and its live children (decode workers)."""
+        server = psutil.Process(self.proc.pid)
+        return [server, *server.children(recursive=True)]
+
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the server and its live child processes (decode workers)."""
-        total = 0
-        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
-            with contextlib.suppress(OSError):
-                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-                total += int(fields[11]) + int(fields[12])
-        return total / os.sysconf("SC_CLK_TCK")
+        """User + system CPU time of the server and its live child processes so far."""
+        total = 0.0
+        for process in self._tree():
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system
+        return total
 
     def rss_bytes(self) -> int:
-        """Resident memory of the server and its live child processes (decode workers)."""
+        """Resident memory of the server and its live child processes."""
         total = 0
-        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
-            with contextlib.suppress(OSError):
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
+        for process in self._tree():
+            with contextlib.suppress(psutil.Error):
+                total += process.memory_info().rss
         return total
 
 

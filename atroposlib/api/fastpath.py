@@ -101,11 +101,10 @@ def admit(
     *,
     in_list: bool = False,
 ) -> Outcome:
-    """Check decoded groups against the current registration and queue them (or say why not)."""
-    if decoded.rejection is not None:
-        rejection = decoded.rejection
-        metrics.rejected.labels(reason=rejection.reason).inc()
-        return Outcome(rejection.status, rejection.body, content_type=rejection.content_type)
+    """Check decoded groups against the current registration and queue them (or say why not).
+
+    ``decoded`` comes from an inflated body or has had its body-level rejection answered already.
+    """
     try:
         if decoded.invalid is not None:
             raise decoded.invalid
@@ -194,7 +193,7 @@ class FastPathMiddleware:
         limits: BodyLimits,
         api_key: str | None,
         retry_after: int,
-        pool: DecodePool | None = None,
+        pool: DecodePool,
     ):
         self.app = app
         self.pool = pool
@@ -235,10 +234,7 @@ class FastPathMiddleware:
                 return
             started = time.perf_counter()
             data, gzipped = received
-            if self.pool is not None:
-                decoded = await self.pool.decode(kind, data, gzipped)
-            else:
-                decoded = decode_body(kind, data, gzipped, self.limits.max_inflated_bytes)
+            decoded = await self.pool.decode(kind, data, gzipped)
             if decoded.rejection is not None:
                 self.metrics.rejected.labels(reason=decoded.rejection.reason).inc()
                 await decoded.rejection.send(send)

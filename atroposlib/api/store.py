@@ -44,10 +44,13 @@ from atroposlib.api.payload_log import Extent, PayloadError, PayloadLog
 SCHEMA_VERSION = 2
 DB_FILENAME = "trajectory_api.sqlite3"
 PAYLOAD_DIRNAME = "payloads"
+LOCK_FILENAME = "run-api.lock"
 #: What a failing store raises during a request (answered 503, nothing changed).
 STORAGE_ERRORS = (sqlite3.Error, PayloadError)
+#: Most ``?`` parameters put in one ``gid IN (...)`` query.
+_IN_CHUNK = 500
+
 logger = logging.getLogger("atroposlib.api")
-LOCK_FILENAME = "run-api.lock"
 
 LOC_QUEUE, LOC_BUFFER, LOC_BATCH, LOC_RETIRED = 0, 1, 2, 3
 BATCH_PENDING, BATCH_SERVED = 0, 1
@@ -151,6 +154,13 @@ CREATE TABLE IF NOT EXISTS batches (
 """
 
 
+def _in_chunks(gids: Sequence[int]) -> Iterator[tuple[Sequence[int], str]]:
+    """``gids`` in slices small enough for one query, each with its ``?,?,...`` placeholders."""
+    for start in range(0, len(gids), _IN_CHUNK):
+        chunk = gids[start : start + _IN_CHUNK]
+        yield chunk, ",".join("?" * len(chunk))
+
+
 class _SqliteTransaction:
     def __init__(self, conn: sqlite3.Connection, log: PayloadLog):
         self._conn = conn
@@ -190,10 +200,7 @@ class _SqliteTransaction:
             )
 
     def delete_groups(self, gids: Iterable[int]) -> None:
-        keys = list(gids)
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(list(gids)):
             self.dropped.extend(
                 seg for (seg,) in self._conn.execute(f"SELECT seg FROM groups WHERE gid IN ({marks})", chunk)
             )
@@ -412,17 +419,16 @@ class SqliteStore:
         with self.transaction() as tx:
             tx.delete_groups(lost)
             for bid, state, pos, served, gids in self._conn.execute("SELECT * FROM batches").fetchall():
-                kept = [g for g in json.loads(gids) if g not in gone]
+                members = json.loads(gids)
+                kept = [g for g in members if g not in gone]
                 if not kept:
                     tx.delete_batch(bid)
-                elif len(kept) != len(json.loads(gids)):
+                elif len(kept) != len(members):
                     tx.put_batch(BatchRow(bid, state, pos, served, kept))
 
     def _extents(self, gids: Sequence[int]) -> dict[int, Extent]:
         found: dict[int, Extent] = {}
-        for start in range(0, len(gids), 500):
-            chunk = gids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(gids):
             for gid, seg, off, nbytes, crc in self._conn.execute(
                 f"SELECT gid, seg, off, nbytes, crc FROM groups WHERE gid IN ({marks})", chunk
             ):
