@@ -39,8 +39,9 @@ Kind = Literal["one", "many"]
 #: Bodies smaller than this (on the wire) are decoded in the server process: for them the hand-off
 #: costs more than it saves.
 DEFAULT_MIN_BYTES = 8 * 1024
-#: Bodies this large or larger stay in the server process (the pipe frame header tops out here).
-_MAX_FRAME = 0x7FFFFFFF
+#: Bodies this large or larger stay in the server process (frame sizes are sent as a signed
+#: 32-bit length; this leaves room for the request's pickling overhead).
+_MAX_FRAME = 1 << 30
 _READY = b"ready"
 #: Workers that die before they are ready, in a row, after which the pool stops replacing them.
 _MAX_FAILED_STARTS = 3
@@ -134,7 +135,7 @@ class DecodePool:
     async def decode(self, kind: Kind, data: bytes, gzipped: bool) -> Decoded:
         """Decode ``data`` in a worker when worth it and one is ready, else right here."""
         if self.size > 0 and self.min_bytes <= len(data) < _MAX_FRAME and not self._closed:
-            if not self._workers:
+            if not self._workers and self._failed_starts < _MAX_FAILED_STARTS:
                 self._start()
             worker = min(
                 (w for w in self._workers if w.ready and w.alive), key=lambda w: len(w.pending), default=None

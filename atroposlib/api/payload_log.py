@@ -129,11 +129,16 @@ class PayloadLog:
         self._end = os.fstat(self._fd).st_size
 
     def sync(self) -> None:
-        """Flush the segment being written to disk (the older ones were flushed when rotated)."""
+        """Flush the segment being written to disk (the older ones were flushed when rotated).
+
+        Raises :class:`PayloadError` when the disk reports an error.
+        """
         with self._lock:
             if self._fd is not None:
-                with contextlib.suppress(OSError):
+                try:
                     os.fdatasync(self._fd)
+                except OSError as exc:
+                    raise PayloadError(f"cannot flush group data: {exc.strerror or exc}") from None
 
     # ------------------------------------------------------------------ reading
 

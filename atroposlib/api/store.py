@@ -350,7 +350,11 @@ class SqliteStore:
         try:
             while not self._stop.wait(interval):
                 # Payloads reach the disk before the rows that point to them are checkpointed.
-                self.log.sync()
+                try:
+                    self.log.sync()
+                except PayloadError as exc:
+                    logger.error("%s; WAL checkpoint postponed", exc)
+                    continue
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         finally:
@@ -360,11 +364,12 @@ class SqliteStore:
         """Stop the checkpointer, fold the WAL into the database and release the lock."""
         self._stop.set()
         self._checkpointer.join(timeout=5)
+        with contextlib.suppress(PayloadError):
+            self.log.sync()  # before the final checkpoint makes the rows pointing at it permanent
         with contextlib.suppress(sqlite3.Error):
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
-        self.log.sync()
         self.log.close()
         self._release_lock()
 

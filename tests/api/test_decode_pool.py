@@ -6,6 +6,7 @@ import asyncio
 import gzip
 import os
 import signal
+import sys
 import time
 
 import orjson
@@ -104,6 +105,24 @@ async def test_a_killed_worker_is_replaced_and_no_request_fails():
     finally:
         await pool.close()
     assert first.poll() is not None
+
+
+async def test_workers_that_cannot_start_are_given_up(monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # every worker exits at once
+    pool = DecodePool(1, LIMIT, min_bytes=0)
+    body = orjson.dumps(big_group(4))
+    want = decode_body("one", body, False, LIMIT)
+    try:
+        deadline = time.monotonic() + 30
+        while pool._failed_starts < 3:
+            assert same(await pool.decode("one", body, False), want)
+            assert time.monotonic() < deadline, "failed starts were not counted"
+            await asyncio.sleep(0.05)
+        assert not pool._workers
+        assert same(await pool.decode("one", body, False), want)
+        assert not pool._workers and pool.offloaded == 0  # not started again
+    finally:
+        await pool.close()
 
 
 @pytest.mark.parametrize("workers", [0, 1])

@@ -144,3 +144,22 @@ def test_schema_1_data_dir_is_migrated(tmp_path):
     assert state.meta.step == 3
     assert served_markers(state.next_batch()) == [70]
     store.close()
+
+
+def test_full_synchronous_refuses_a_commit_it_cannot_flush(tmp_path, monkeypatch):
+    store = SqliteStore(tmp_path, synchronous="full")
+    state = TrajectoryState(store)
+    state.register(reg(batch_size=2))
+    put(state, grp(2, 10))
+
+    def broken_flush(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("atroposlib.api.payload_log.os.fdatasync", broken_flush)
+    with pytest.raises(PayloadError, match="cannot flush"):
+        put(state, grp(2, 20))
+    monkeypatch.undo()
+    assert [row.gid for row in state.queue] == [1]
+    assert store._conn.execute("SELECT count(*) FROM groups").fetchone()[0] == 1
+    assert served_markers(state.next_batch()) == [10]
+    store.close()
