@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from atroposlib.api.limits import BodyTooLarge, InvalidGzip, inflate_gzip, is_json_content_type
+from atroposlib.api.schemas import GROUP_FIELDS
 from atroposlib.testing.api_process import launch_api
 from tests.api.helpers import TIMEOUT, env_registration, get, group, post_group, register, registration
 
@@ -211,22 +212,7 @@ def _hostile_values(rng: random.Random):
 
 
 def _fuzz_requests(rng: random.Random, base: str):
-    fields = [
-        "tokens",
-        "masks",
-        "scores",
-        "advantages",
-        "ref_logprobs",
-        "messages",
-        "generation_params",
-        "inference_logprobs",
-        "overrides",
-        "group_overrides",
-        "images",
-        "env_id",
-        "distill_token_ids",
-        "distill_logprobs",
-    ]
+    fields = list(GROUP_FIELDS)
     values = _hostile_values(rng)
     for _ in range(150):
         body = group(rng.choice([1, 2, 4]), rng.randint(1, 4))
