@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from atroposlib.api.decode_pool import DecodePool
 from atroposlib.api.state import TrajectoryState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -91,6 +92,24 @@ class _StateCollector(Collector):
         yield env_score
 
 
+class _DecodePoolCollector(Collector):
+    def __init__(self, pool: DecodePool):
+        self._pool = pool
+
+    def collect(self):
+        decoded = CounterMetricFamily(
+            "atropos_ingest_bodies_decoded",
+            "Ingest bodies decoded, by where: a decode worker process or the server process.",
+            labels=["where"],
+        )
+        decoded.add_metric(["worker"], self._pool.offloaded)
+        decoded.add_metric(["server"], self._pool.inline)
+        yield decoded
+        yield GaugeMetricFamily(
+            "atropos_decode_workers_ready", "Decode worker processes ready.", value=self._pool.ready_workers
+        )
+
+
 class ApiMetrics:
     """The metrics registry of one app."""
 
@@ -115,6 +134,10 @@ class ApiMetrics:
             labelnames=["reason"],
             registry=self.registry,
         )
+
+    def watch_decode_pool(self, pool: DecodePool) -> None:
+        """Export where ingest bodies are decoded and how many decode workers are ready."""
+        self.registry.register(_DecodePoolCollector(pool))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

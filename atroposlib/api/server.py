@@ -135,6 +135,7 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
     app.state.metrics = metrics
     workers = default_workers() if config.decode_workers is None else config.decode_workers
     pool = DecodePool(workers, config.max_inflated_bytes)
+    metrics.watch_decode_pool(pool)
 
     def reject(reason: str) -> None:
         metrics.rejected.labels(reason=reason).inc()

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 import psutil
@@ -56,7 +57,7 @@ BODIES = {
 
 
 async def test_worker_answers_equal_inline_answers():
-    pool = DecodePool(1, LIMIT, min_bytes=0)
+    pool = DecodePool(1, LIMIT, min_bytes=0, alone_inline=False)
     try:
         await ready(pool)
         for name, (body, gzipped) in BODIES.items():
@@ -82,6 +83,21 @@ async def test_concurrent_requests_are_matched_to_their_answers():
         await pool.close()
 
 
+async def test_a_lone_body_is_decoded_inline_and_concurrent_ones_by_workers():
+    pool = DecodePool(1, LIMIT, min_bytes=0)
+    try:
+        await ready(pool)
+        bodies = [orjson.dumps(big_group(i)) for i in range(8)]
+        for body in bodies[:3]:  # one at a time: nothing to overlap, no hand-off
+            assert same(await pool.decode("one", body, False), decode_body("one", body, False, LIMIT))
+        assert pool.inline == 3 and pool.offloaded == 0
+        results = await asyncio.gather(*(pool.decode("one", b, False) for b in bodies))
+        assert [orjson.loads(r.groups[0].data)["tokens"][0][0] for r in results] == list(range(8))
+        assert pool.offloaded == 8 and pool.inline == 3
+    finally:
+        await pool.close()
+
+
 async def test_small_bodies_and_an_empty_pool_decode_inline():
     for pool in (DecodePool(1, LIMIT), DecodePool(0, LIMIT, min_bytes=0)):
         body = orjson.dumps(group(1, 3))
@@ -91,7 +107,7 @@ async def test_small_bodies_and_an_empty_pool_decode_inline():
 
 
 async def test_a_killed_worker_is_replaced_and_no_request_fails():
-    pool = DecodePool(1, LIMIT, min_bytes=0)
+    pool = DecodePool(1, LIMIT, min_bytes=0, alone_inline=False)
     try:
         await ready(pool)
         first = pool._workers[0].process
@@ -109,7 +125,7 @@ async def test_a_killed_worker_is_replaced_and_no_request_fails():
 
 async def test_workers_that_cannot_start_are_given_up(monkeypatch):
     monkeypatch.setattr(sys, "executable", "/bin/false")  # every worker exits at once
-    pool = DecodePool(1, LIMIT, min_bytes=0)
+    pool = DecodePool(1, LIMIT, min_bytes=0, alone_inline=False)
     body = orjson.dumps(big_group(4))
     want = decode_body("one", body, False, LIMIT)
     try:
@@ -142,3 +158,40 @@ def test_run_api_serves_the_same_batches_with_and_without_workers(tmp_path, work
         batches = [get(api.url, "/batch").json()["batch"] for _ in range(3)]
         assert [[g["tokens"][0][0] for g in b] for b in batches] == [[104, 105], [102, 103], [100, 101]]
         assert len(psutil.Process(api.proc.pid).children()) == workers
+
+
+def decoded_counts(url: str) -> dict[str, float]:
+    counts = {}
+    for line in get(url, "/metrics").text.splitlines():
+        if line.startswith("atropos_ingest_bodies_decoded_total{"):
+            where = line.split('where="')[1].split('"')[0]
+            counts[where] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def test_run_api_hands_concurrent_bodies_to_workers_and_loses_none(tmp_path):
+    with launch_api(["--decode-workers", "1"], data_dir=tmp_path / "d") as api:
+        register(api.url, batch_size=8)
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        bodies = [gzip.compress(orjson.dumps(big_group(1000 + i))) for i in range(64)]
+
+        def send(body: bytes) -> dict:
+            with requests.Session() as session:
+                return session.post(
+                    f"{api.url}/scored_data", data=body, headers=headers, timeout=TIMEOUT
+                ).json()
+
+        sent = 0
+        with ThreadPoolExecutor(8) as threads:
+            # Eight clients at once overlap their requests; until the workers are up, or should
+            # the requests happen not to overlap, they are decoded in the server process.
+            while sent < len(bodies) * 8 and decoded_counts(api.url).get("worker", 0) == 0:
+                answers = list(threads.map(send, bodies))
+                assert answers == [{"status": "received"}] * len(bodies)
+                sent += len(bodies)
+        counts = decoded_counts(api.url)
+        assert counts["worker"] > 0 and counts["worker"] + counts["server"] == sent
+        served = []
+        while batch := get(api.url, "/batch").json()["batch"]:
+            served.extend(g["tokens"][0][0] for g in batch)
+        assert sorted(served) == sorted(list(range(1000, 1064)) * (sent // len(bodies)))
