@@ -1,0 +1,177 @@
+"""The latency floor of one ingest request at a time (concurrency 1), measured, not assumed.
+
+At concurrency 1 a client waits for each answer before it sends the next group, so requests per
+second are one over the round trip, and the second core cannot help. This script measures, in one
+run and with the same client and bodies as ``api_throughput.py``:
+
+- ``http``: the round trip through uvicorn (httptools, as ``run-api`` serves) of an ASGI app that
+  reads the body and answers at once: what HTTP, the client and the kernel cost before any work;
+- ``decode``: inflating, schema-checking and re-encoding one body in this process, the work no
+  server may skip (the answer must say whether the group was acceptable);
+- this server and atroposlib 0.4.0 at concurrency 1.
+
+- ``commit``: queueing one decoded group in the default durable store, in this process.
+
+It prints the ceilings these imply for any server built on uvicorn and msgspec on this machine
+(``1 / (http + decode)`` before storage, ``1 / (http + decode + commit)`` with it), as multiples of
+0.4.0's rate; whatever a real server adds on top (its framework, its answer) comes off them.
+
+Usage: ``python benchmarks/ingest_floor.py [--requests 3000] [--skip-original]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import api_throughput as bench  # noqa: E402
+
+from atroposlib.api.decode_pool import decode_body  # noqa: E402
+from atroposlib.api.schemas import Registration  # noqa: E402
+from atroposlib.api.state import TrajectoryState  # noqa: E402
+from atroposlib.api.store import SqliteStore  # noqa: E402
+
+_ANSWER = b'{"status":"received"}'
+
+
+async def null_app(scope, receive, send) -> None:
+    """Read the whole body, answer 200 without looking at it."""
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        message = await receive()
+        more = message.get("more_body", False)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(_ANSWER)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": _ANSWER})
+
+
+def null_server(workdir: Path) -> bench.Server:
+    server = bench.Server(
+        "null ASGI app",
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "ingest_floor:null_app",
+            "--app-dir",
+            str(Path(__file__).resolve().parent),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],  # fmt: skip
+        bench.free_port(),
+        workdir,
+    )
+    server.cmd[server.cmd.index("--port") + 1] = str(server.port)
+    return server
+
+
+def decode_seconds(payloads: list[bytes], repeats: int) -> float:
+    """Median seconds to inflate, check and re-encode one body in this process."""
+    samples = []
+    for _ in range(5):
+        started = time.perf_counter()
+        for i in range(repeats):
+            decoded = decode_body("one", payloads[i % len(payloads)], True, 1 << 30)
+        samples.append((time.perf_counter() - started) / repeats)
+        assert decoded.groups is not None
+    return statistics.median(samples)
+
+
+def commit_seconds(payloads: list[bytes], repeats: int, data_dir: Path) -> float:
+    """Median seconds to queue one decoded group durably (the default SQLite store, in this process)."""
+    groups = [decode_body("one", body, True, 1 << 30).groups for body in payloads]
+    registration = Registration(
+        wandb_group="floor",
+        wandb_project="floor",
+        batch_size=bench.BATCH_SIZE,
+        max_token_len=2048,
+        checkpoint_dir=str(data_dir / "checkpoints"),
+        save_checkpoint_interval=1000,
+        starting_step=0,
+        num_steps=1000,
+    )
+    state = TrajectoryState(SqliteStore(data_dir))
+    try:
+        state.register(registration)
+        samples = []
+        for _ in range(5):
+            started = time.perf_counter()
+            for i in range(repeats):
+                state.ingest(groups[i % len(groups)])
+            samples.append((time.perf_counter() - started) / repeats)
+            state.reset()
+            state.register(registration)
+        return statistics.median(samples)
+    finally:
+        state.store.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=3000, help="Requests per measurement.")
+    parser.add_argument("--original-venv", type=Path, default=bench.DEFAULT_VENV)
+    parser.add_argument("--skip-original", action="store_true", help="Leave atroposlib 0.4.0 out.")
+    args = parser.parse_args(argv)
+
+    payloads = bench.make_payloads(64, True, False)
+    headers = bench.headers_for(True)
+    original_python = None if args.skip_original else bench.ensure_original(args.original_venv)
+    workdir = Path(tempfile.mkdtemp(prefix="atropos-floor-"))
+
+    def rate(server: bench.Server, register: bool) -> float:
+        if register:
+            bench.reset_and_register(server)
+        return asyncio.run(bench.ingest_raw(server.url, payloads, args.requests, 1, headers))
+
+    rates: dict[str, list[float]] = {}
+    null = null_server(workdir)
+    null.start()
+    try:
+        with bench.servers(original_python, workdir) as started:
+            for _ in range(3):
+                rates.setdefault(null.name, []).append(rate(null, register=False))
+                for server in started:
+                    rates.setdefault(server.name, []).append(rate(server, register=True))
+    finally:
+        null.stop()
+    decode = decode_seconds(payloads, max(200, args.requests // 5))
+    commit = commit_seconds(payloads, max(200, args.requests // 5), workdir / "commit")
+
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    http = 1 / median[null.name]
+    ceiling = 1 / (http + decode)
+    durable = 1 / (http + decode + commit)
+    print(f"\nIngest at concurrency 1, groups of {bench.GROUP_SIZE} x {bench.SEQ_LEN} tokens, gzipped")
+    print(f"  http round trip, null ASGI app:        {http * 1e3:7.3f} ms  ({median[null.name]:.0f} req/s)")
+    print(f"  inflate + check + encode, one body:    {decode * 1e3:7.3f} ms")
+    print(f"  queue it durably (SQLite + payload):   {commit * 1e3:7.3f} ms")
+    print(f"  ceiling without storage, 1/(http+decode):        {ceiling:7.0f} req/s")
+    print(f"  ceiling with the durable commit, 1/(all three):  {durable:7.0f} req/s")
+    for name in median:
+        if name != null.name:
+            print(f"  {name + ':':38} {median[name]:7.0f} req/s  ({1e3 / median[name]:.3f} ms per request)")
+    original = next((n for n in median if n.startswith("atroposlib")), None)
+    if original:
+        print(
+            f"\n  ceilings / {original}: {ceiling / median[original]:.2f}x, {durable / median[original]:.2f}x"
+        )
+        print(f"  this / {original}:    {median['this'] / median[original]:.2f}x")
+        print(f"  3x {original} needs a round trip of {1e3 / (3 * median[original]):.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
