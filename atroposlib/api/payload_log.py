@@ -71,6 +71,8 @@ class PayloadLog:
         self._segment = max(self.segments(), default=0) + 1
         self._fd: int | None = None
         self._end = 0
+        #: Descriptors of segments rotated out with writes not yet flushed (see sync()).
+        self._unsynced: list[int] = []
 
     # ------------------------------------------------------------------ files
 
@@ -114,9 +116,8 @@ class PayloadLog:
     def _rotate(self) -> None:
         if self._fd is not None:
             old = self._segment
-            with contextlib.suppress(OSError):
-                os.fdatasync(self._fd)  # the periodic sync only covers the current segment
-            os.close(self._fd)
+            # Flushed by the next sync(), not here: this runs on the request path.
+            self._unsynced.append(self._fd)
             self._fd = None
             self._segment += 1
             self._collect(old)
@@ -129,16 +130,38 @@ class PayloadLog:
         self._end = os.fstat(self._fd).st_size
 
     def sync(self) -> None:
-        """Flush the segment being written to disk (the older ones were flushed when rotated).
+        """Flush everything written so far to disk: the segment being written and any rotated out
+        since the last sync.
 
-        Raises :class:`PayloadError` when the disk reports an error.
+        The flush runs without holding the lock, so appends on the request thread go on while
+        another thread (the checkpointer) waits for the disk. Raises :class:`PayloadError` when
+        the disk reports an error; the segments that failed are flushed again by the next call.
         """
         with self._lock:
-            if self._fd is not None:
-                try:
-                    os.fdatasync(self._fd)
-                except OSError as exc:
-                    raise PayloadError(f"cannot flush group data: {exc.strerror or exc}") from None
+            current = os.dup(self._fd) if self._fd is not None else None
+            rotated, self._unsynced = self._unsynced, []
+        failed: list[int] = []
+        error: OSError | None = None
+        for fd in rotated:
+            try:
+                os.fdatasync(fd)
+            except OSError as exc:
+                error = error or exc
+                failed.append(fd)
+            else:
+                os.close(fd)
+        if current is not None:
+            try:
+                os.fdatasync(current)
+            except OSError as exc:
+                error = error or exc
+            finally:
+                os.close(current)
+        if failed:
+            with self._lock:
+                self._unsynced[:0] = failed
+        if error is not None:
+            raise PayloadError(f"cannot flush group data: {error.strerror or error}") from None
 
     # ------------------------------------------------------------------ reading
 
@@ -207,9 +230,12 @@ class PayloadLog:
     def clear(self) -> None:
         """Delete every segment (after a committed reset) and start a fresh one."""
         with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            for fd in [self._fd, *self._unsynced]:
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._fd = None
+            self._unsynced.clear()
             self._refs.clear()
             self._pending.clear()
             for segment in self.segments():
@@ -225,9 +251,10 @@ class PayloadLog:
 
     def close(self) -> None:
         with self._lock:
-            for fd in [self._fd, *self._readers.values()]:
+            for fd in [self._fd, *self._unsynced, *self._readers.values()]:
                 if fd is not None:
                     with contextlib.suppress(OSError):
                         os.close(fd)
             self._fd = None
+            self._unsynced.clear()
             self._readers.clear()

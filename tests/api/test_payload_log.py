@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import threading
 
 import orjson
 import pytest
@@ -163,3 +165,65 @@ def test_full_synchronous_refuses_a_commit_it_cannot_flush(tmp_path, monkeypatch
     assert store._conn.execute("SELECT count(*) FROM groups").fetchone()[0] == 1
     assert served_markers(state.next_batch()) == [10]
     store.close()
+
+
+_REAL_FDATASYNC = os.fdatasync
+
+
+def flushed_paths(monkeypatch, fail: set[str] = frozenset()) -> list[str]:
+    """Record the files os.fdatasync is called on; fail for names in ``fail``."""
+    flushed: list[str] = []
+
+    def record(fd):
+        name = os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).removesuffix(" (deleted)")
+        if name in fail:
+            raise OSError(5, "Input/output error")
+        flushed.append(name)
+        _REAL_FDATASYNC(fd)
+
+    monkeypatch.setattr("atroposlib.api.payload_log.os.fdatasync", record)
+    return flushed
+
+
+def test_rotation_leaves_the_flush_to_the_next_sync_which_retries_failures(tmp_path, monkeypatch):
+    log = PayloadLog(tmp_path, segment_bytes=4)
+    first = log.append(b"one!")
+    log.append(b"two!")  # rotates: no flush on the request path
+    flushed = flushed_paths(monkeypatch, fail={log.path(first.segment).name})
+    with pytest.raises(PayloadError, match="cannot flush"):
+        log.sync()
+    assert flushed == [log.path(first.segment + 1).name]  # the current one was still flushed
+    flushed = flushed_paths(monkeypatch)
+    log.sync()
+    assert flushed == [log.path(first.segment).name, log.path(first.segment + 1).name]
+    flushed.clear()
+    log.sync()
+    assert flushed == [log.path(first.segment + 1).name]  # the rotated one is done with
+    log.close()
+
+
+def test_appends_go_on_while_another_thread_waits_for_the_disk(tmp_path, monkeypatch):
+    log = PayloadLog(tmp_path)
+    log.append(b"before")
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_flush(fd):
+        entered.set()
+        release.wait(30)
+
+    monkeypatch.setattr("atroposlib.api.payload_log.os.fdatasync", slow_flush)
+    syncer = threading.Thread(target=log.sync)
+    syncer.start()
+    extents = []
+    appender = threading.Thread(target=lambda: extents.append(log.append(b"during")))
+    try:
+        assert entered.wait(30)
+        appender.start()
+        appender.join(10)
+        assert not appender.is_alive(), "append waited for the flush of another thread"
+    finally:
+        release.set()
+        syncer.join(30)
+        appender.join(30)
+    assert log.read(extents[0]) == b"during"
+    log.close()
