@@ -68,6 +68,7 @@ class PayloadLog:
         self._pending: collections.Counter[int] = collections.Counter()
         self._readers: dict[int, int] = {}
         self._lock = threading.Lock()
+        self._sync_lock = threading.Lock()
         self._segment = max(self.segments(), default=0) + 1
         self._fd: int | None = None
         self._end = 0
@@ -137,29 +138,35 @@ class PayloadLog:
         another thread (the checkpointer) waits for the disk. Raises :class:`PayloadError` when
         the disk reports an error; the segments that failed are flushed again by the next call.
         """
-        with self._lock:
-            current = os.dup(self._fd) if self._fd is not None else None
-            rotated, self._unsynced = self._unsynced, []
-        failed: list[int] = []
-        error: OSError | None = None
-        for fd in rotated:
-            try:
-                os.fdatasync(fd)
-            except OSError as exc:
-                error = error or exc
-                failed.append(fd)
-            else:
-                os.close(fd)
-        if current is not None:
-            try:
-                os.fdatasync(current)
-            except OSError as exc:
-                error = error or exc
-            finally:
-                os.close(current)
-        if failed:
+        # One flush at a time: a commit's flush (synchronous=full) must not return while segments
+        # it wrote to are still being flushed by the checkpointer.
+        with self._sync_lock:
             with self._lock:
-                self._unsynced[:0] = failed
+                try:
+                    current = os.dup(self._fd) if self._fd is not None else None
+                except OSError as exc:
+                    raise PayloadError(f"cannot flush group data: {exc.strerror or exc}") from None
+                rotated, self._unsynced = self._unsynced, []
+            failed: list[int] = []
+            error: OSError | None = None
+            for fd in rotated:
+                try:
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    error = error or exc
+                    failed.append(fd)
+                else:
+                    os.close(fd)
+            if current is not None:
+                try:
+                    os.fdatasync(current)
+                except OSError as exc:
+                    error = error or exc
+                finally:
+                    os.close(current)
+            if failed:
+                with self._lock:
+                    self._unsynced[:0] = failed
         if error is not None:
             raise PayloadError(f"cannot flush group data: {error.strerror or error}") from None
 

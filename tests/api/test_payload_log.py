@@ -227,3 +227,33 @@ def test_appends_go_on_while_another_thread_waits_for_the_disk(tmp_path, monkeyp
         appender.join(30)
     assert log.read(extents[0]) == b"during"
     log.close()
+
+
+def test_a_flush_waits_for_one_in_progress_in_another_thread(tmp_path, monkeypatch):
+    """A commit's flush (synchronous=full) must not return while the checkpointer is still
+    flushing a segment that commit wrote to."""
+    log = PayloadLog(tmp_path, segment_bytes=4)
+    log.append(b"one!")
+    log.append(b"two!")  # the first segment is rotated out, unflushed
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_first_flush(fd):
+        if not entered.is_set():
+            entered.set()
+            release.wait(30)
+        _REAL_FDATASYNC(fd)
+
+    monkeypatch.setattr("atroposlib.api.payload_log.os.fdatasync", slow_first_flush)
+    checkpointer = threading.Thread(target=log.sync)
+    checkpointer.start()
+    committer = threading.Thread(target=log.sync)
+    try:
+        assert entered.wait(30)
+        committer.start()
+        committer.join(0.5)
+        assert committer.is_alive(), "a flush returned while another was still writing"
+    finally:
+        release.set()
+        checkpointer.join(30)
+        committer.join(30)
+    log.close()
