@@ -30,6 +30,7 @@ from atroposlib.envs.cli_command import (
 )
 from atroposlib.envs.cli_config import mode_env_defaults
 from atroposlib.envs.cli_values import format_default
+from tests.fixtures.cli_runs import NoOpHooks
 
 MODES = ["serve", "process", "evaluate"]
 
@@ -39,18 +40,7 @@ class LayerConfig(BaseEnvConfig):
     label: Optional[str] = Field(None, description="free text")
 
 
-class _Hooks:
-    async def setup(self):
-        return None
-
-    async def get_next_item(self):
-        return None
-
-    async def evaluate(self, *args, **kwargs):
-        return None
-
-
-class LayerEnv(_Hooks, BaseEnv):
+class LayerEnv(NoOpHooks, BaseEnv):
     name = "layer"
     env_config_cls = LayerConfig
 
@@ -61,11 +51,11 @@ class LayerEnv(_Hooks, BaseEnv):
         return env, server
 
 
-class NamelessEnv(_Hooks, BaseEnv):
+class NamelessEnv(NoOpHooks, BaseEnv):
     pass
 
 
-class BaselineEnv(_Hooks, BaseEnv):
+class BaselineEnv(NoOpHooks, BaseEnv):
     name = "baseline"
 
     @classmethod
@@ -73,7 +63,7 @@ class BaselineEnv(_Hooks, BaseEnv):
         return BaseEnvConfig(), ServerBaseline(model_name="base-model", timeout=7)
 
 
-class MultiServerEnv(_Hooks, BaseEnv):
+class MultiServerEnv(NoOpHooks, BaseEnv):
     name = "multi"
 
     @classmethod

@@ -9,20 +9,10 @@ from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.cli import CliUsageError, parse_command, run_cli
 from atroposlib.envs.cli_command import construct_env, write_evaluate_config
 from atroposlib.envs.teacher_distillation_env import TeacherDistillationConfig, TeacherDistillationEnv
+from tests.fixtures.cli_runs import NoOpHooks
 
 
-class _Hooks:
-    async def setup(self):
-        return None
-
-    async def get_next_item(self):
-        return None
-
-    async def evaluate(self, *args, **kwargs):
-        return None
-
-
-class StudentEnv(_Hooks, TeacherDistillationEnv):
+class StudentEnv(NoOpHooks, TeacherDistillationEnv):
     name = "student"
 
     @classmethod
