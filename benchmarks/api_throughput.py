@@ -47,6 +47,8 @@ import orjson
 import psutil
 import requests
 
+from atroposlib.testing.api_process import free_port
+
 ORIGINAL_VERSION = "0.4.0"
 DEFAULT_VENV = Path.home() / ".cache" / "atroposlib" / f"bench-venv-{ORIGINAL_VERSION}"
 GROUP_SIZE = 8
@@ -93,14 +95,6 @@ def isolated_env() -> dict[str, str]:
 # ------------------------------------------------------------------ servers
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @dataclass
 class Server:
     name: str
@@ -115,6 +109,9 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        """Start on a free loopback port (written into the command's ``--port``); wait for ``/info``."""
+        self.port = free_port()
+        self.cmd[self.cmd.index("--port") + 1] = str(self.port)
         self.proc = subprocess.Popen(
             self.cmd,
             cwd=self.cwd,
@@ -165,6 +162,14 @@ class Server:
         return total
 
 
+def uvicorn_command(python: Path | str, app: str, *extra: str) -> list[str]:
+    """``python -m uvicorn APP`` on loopback (port chosen at start), quiet, without access log."""
+    return [
+        str(python), "-m", "uvicorn", app, *extra,
+        "--host", "127.0.0.1", "--port", "0", "--log-level", "warning", "--no-access-log",
+    ]  # fmt: skip
+
+
 @contextlib.contextmanager
 def servers(original_python: Path | None, workdir: Path) -> Iterator[list[Server]]:
     ours = Server(
@@ -192,19 +197,7 @@ def servers(original_python: Path | None, workdir: Path) -> Iterator[list[Server
         started.append(
             Server(
                 f"atroposlib {ORIGINAL_VERSION}",
-                [
-                    str(original_python),
-                    "-m",
-                    "uvicorn",
-                    "atroposlib.api:app",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                    "--log-level",
-                    "warning",
-                    "--no-access-log",
-                ],  # fmt: skip
+                uvicorn_command(original_python, "atroposlib.api:app"),
                 0,
                 workdir,
                 isolated_env(),
@@ -212,8 +205,6 @@ def servers(original_python: Path | None, workdir: Path) -> Iterator[list[Server
         )
     try:
         for server in started:
-            server.port = free_port()
-            server.cmd[server.cmd.index("--port") + 1] = str(server.port)
             server.start()
         yield started
     finally:

@@ -55,28 +55,9 @@ async def null_app(scope, receive, send) -> None:
 
 
 def null_server(workdir: Path) -> bench.Server:
-    server = bench.Server(
-        "null ASGI app",
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "ingest_floor:null_app",
-            "--app-dir",
-            str(Path(__file__).resolve().parent),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],  # fmt: skip
-        bench.free_port(),
-        workdir,
-    )
-    server.cmd[server.cmd.index("--port") + 1] = str(server.port)
-    return server
+    app_dir = str(Path(__file__).resolve().parent)
+    command = bench.uvicorn_command(sys.executable, "ingest_floor:null_app", "--app-dir", app_dir)
+    return bench.Server("null ASGI app", command, 0, workdir)
 
 
 def decode_seconds(payloads: list[bytes], repeats: int) -> float:
