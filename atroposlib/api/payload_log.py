@@ -237,12 +237,7 @@ class PayloadLog:
     def clear(self) -> None:
         """Delete every segment (after a committed reset) and start a fresh one."""
         with self._lock:
-            for fd in [self._fd, *self._unsynced]:
-                if fd is not None:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-            self._fd = None
-            self._unsynced.clear()
+            self._close_written()
             self._refs.clear()
             self._pending.clear()
             for segment in self.segments():
@@ -256,12 +251,19 @@ class PayloadLog:
         with contextlib.suppress(FileNotFoundError):
             self.path(segment).unlink()
 
+    def _close_written(self) -> None:
+        """Close the segment being written and those rotated out unflushed (lock held)."""
+        for fd in [self._fd, *self._unsynced]:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = None
+        self._unsynced.clear()
+
     def close(self) -> None:
         with self._lock:
-            for fd in [self._fd, *self._unsynced, *self._readers.values()]:
-                if fd is not None:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-            self._fd = None
-            self._unsynced.clear()
+            self._close_written()
+            for fd in self._readers.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             self._readers.clear()
