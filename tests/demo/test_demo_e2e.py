@@ -42,6 +42,13 @@ def _env() -> dict[str, str]:
     return {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
+def _run_demo(tmp_path: Path, *extra: str, timeout: float) -> subprocess.CompletedProcess:
+    """Run the demo to completion from the repository root, output captured."""
+    return subprocess.run(
+        _demo_cmd(tmp_path, *extra), capture_output=True, text=True, timeout=timeout, cwd=REPO, env=_env()
+    )
+
+
 def _assert_all_stopped(summary: dict) -> None:
     recorded = [(name, pid, t) for name, procs in summary["processes"].items() for pid, t in procs]
     assert {"trainer", "environment", "run-api"} <= set(summary["processes"])
@@ -52,14 +59,7 @@ def _assert_all_stopped(summary: dict) -> None:
 
 
 def test_demo_reduced_end_to_end(tmp_path):
-    proc = subprocess.run(
-        _demo_cmd(tmp_path, "--steps", "2"),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=REPO,
-        env=_env(),
-    )
+    proc = _run_demo(tmp_path, "--steps", "2", timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = proc.stdout.strip().splitlines()
     run_dir = tmp_path / "run"
@@ -151,14 +151,7 @@ def test_ctrl_c_stops_every_process(tmp_path, moment):
 
 def test_a_failing_service_stops_the_demo_with_its_log(tmp_path):
     # vLLM cannot become healthy within one second: the trainer gives up, and so does the demo.
-    proc = subprocess.run(
-        _demo_cmd(tmp_path, "--steps", "2", "--vllm-startup-timeout", "1"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-        env=_env(),
-    )
+    proc = _run_demo(tmp_path, "--steps", "2", "--vllm-startup-timeout", "1", timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "demo failed: the trainer exited with 1" in proc.stderr
     assert "did not become healthy" in proc.stderr  # the tail of the trainer's log

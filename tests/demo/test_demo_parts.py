@@ -20,6 +20,7 @@ from example_trainer.demo import (
     format_final_line,
 )
 from example_trainer.demo_processes import ServiceProcess, still_running
+from tests.envs.serve_helpers import wait_for
 
 FINAL_LINE = re.compile(r"^held-out accuracy: \d\.\d\d -> \d\.\d\d \(\d+ steps, \d+ s\)$")
 
@@ -125,38 +126,31 @@ time.sleep(300)
 """
 
 
-def _wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_stop_also_ends_a_descendant_in_another_session(tmp_path):
     svc = ServiceProcess("parent", [sys.executable, "-c", _PARENT], tmp_path / "parent.log").start()
     try:
-        assert _wait_for(lambda: "started" in svc.tail().splitlines()[1:])
+        wait_for(lambda: "started" in svc.tail().splitlines()[1:], 30, what="the parent to start")
 
         def found_child():
             svc.record_descendants()
             return bool(svc.descendants)
 
-        assert _wait_for(found_child)
+        wait_for(found_child, 30, what="the descendant")
         known = svc.known_processes()
         assert svc.pid in known and len(known) == 2
         assert all(still_running(pid, t) for pid, t in known.items())
     finally:
         svc.stop(timeout=10)
     assert svc.stop_requested and not svc.alive()
-    assert _wait_for(lambda: not any(still_running(pid, t) for pid, t in known.items()), timeout=15)
+    wait_for(
+        lambda: not any(still_running(pid, t) for pid, t in known.items()), 15, what="every process to end"
+    )
     assert svc.tail().splitlines()[0].startswith("$ ")  # the command line heads the log
 
 
 def test_stop_escalates_to_sigkill(tmp_path):
     svc = ServiceProcess("stubborn", [sys.executable, "-c", _STUBBORN], tmp_path / "s.log").start()
-    assert _wait_for(lambda: "ready" in svc.tail().splitlines()[1:])
+    wait_for(lambda: "ready" in svc.tail().splitlines()[1:], 30, what="the service to be ready")
     start = time.monotonic()
     code = svc.stop(timeout=1)
     assert code == -9

@@ -6,11 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import requests
 
 from atroposlib.testing.scripted_server import launch_scripted_server
+from tests.envs.serve_helpers import wait_for
 from tests.fixtures.cli_runs import LEGACY_ENVS
 
 PHRASES = ["red fox", "blue sky", "green tea", "gold coin", "white snow"]
@@ -19,16 +19,6 @@ PHRASES = ["red fox", "blue sky", "green tea", "gold coin", "white snow"]
 def _echo_respond(prompt, index):
     phrase = next((p for p in PHRASES if f"Repeat exactly: {p}" in str(prompt)), "?")
     return f" {phrase}" if index % 2 == 0 else " something else"
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_serve_registers_under_the_env_name_and_sends_groups(tmp_path, tiny_model_dir, api):
@@ -63,18 +53,20 @@ def test_serve_registers_under_the_env_name_and_sends_groups(tmp_path, tiny_mode
             stderr=open(tmp_path / "env.log", "w"),
         )  # fmt: skip
         try:
-            envs = _wait_for(
+            envs = wait_for(
                 lambda: requests.get(f"{api.url}/inspect/envs", headers=api.headers(), timeout=5).json()[
                     "envs"
                 ],
                 120,
+                0.5,
                 "the env to register",
             )
-            recent = _wait_for(
+            recent = wait_for(
                 lambda: requests.get(f"{api.url}/inspect/recent", headers=api.headers(), timeout=5).json()[
                     "groups"
                 ],
                 120,
+                0.5,
                 "a scored group",
             )
         finally:

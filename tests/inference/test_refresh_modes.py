@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.envs.serve_helpers import wait_for
 from tests.inference.helpers import (
     assert_close,
     assert_differs,
@@ -84,15 +85,6 @@ def _process_group_gone(pgid: int, wait: float = 15.0) -> bool:
         except ProcessLookupError:
             return True
         time.sleep(0.2)
-    return False
-
-
-def _until(predicate, wait: float = 60.0) -> bool:
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.25)
     return False
 
 
@@ -230,7 +222,7 @@ def test_a_dead_server_is_restarted_once_then_reported(manager, assets, caplog):
             manager.ensure_running()  # the watcher thread may get there first; either way, once
             return manager.pid != first_pid
 
-        assert _until(restarted, wait=900)
+        wait_for(restarted, 900, interval=0.25, what="the server to be restarted")
     assert manager.launches == 4 and manager.is_healthy()
     assert any("exited with code" in r.getMessage() for r in caplog.records)
     # Restarted on the same weights, with the adapter active again.
@@ -238,7 +230,7 @@ def test_a_dead_server_is_restarted_once_then_reported(manager, assets, caplog):
 
     os.killpg(manager.pid, signal.SIGKILL)
     with pytest.raises(VllmDiedError, match="after 1 automatic restart") as info:
-        _until(lambda: manager.ensure_running() and False, wait=30)
+        wait_for(lambda: manager.ensure_running() and False, 30, interval=0.25, what="the manager to give up")
     assert str(manager.log_path) in str(info.value)
     assert manager.launches == 4
     with pytest.raises(VllmDiedError):
