@@ -46,6 +46,7 @@ from atroposlib.api.store import (
     Store,
     Transaction,
 )
+from atroposlib.api.stored_group import group_json
 from atroposlib.api.validation import AdmissionRules, Group, InvalidRequest, error
 
 #: Smallest inference weight ``/status-env`` reports, so no env is starved completely.
@@ -443,7 +444,7 @@ class TrajectoryState:
                 return None
             serve_gids = formed[-1]
         # Read before the transaction: serving may discard the oldest unacknowledged batch.
-        blobs = self.store.read_groups(serve_gids)
+        blobs = [group_json(blob) for blob in self.store.read_groups(serve_gids)]
         sequences = sum(self.groups[g].size for g in serve_gids)
         with self._transaction() as tx:
             meta.started = True
@@ -613,9 +614,9 @@ class TrajectoryState:
         if self.latest_gid is not None:
             data = self.store.read_group(self.latest_gid)
             if data is not None:
-                return data
+                return group_json(data)
         if self.latest_blob is not None:
-            return self.latest_blob
+            return group_json(self.latest_blob)
         return orjson.dumps(EMPTY_LATEST_EXAMPLE)
 
     def status_env(self, env_id: int) -> dict[str, Any]:
@@ -678,7 +679,7 @@ class TrajectoryState:
             if row is not None and (env_id is None or row.env_id == env_id):
                 picked.append(row)
             gid -= 1
-        blobs = self.store.read_groups([r.gid for r in picked])
+        blobs = [group_json(blob) for blob in self.store.read_groups([r.gid for r in picked])]
         entries = []
         for row, blob in zip(picked, blobs, strict=True):
             env = (

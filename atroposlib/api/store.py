@@ -40,13 +40,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from atroposlib.api.payload_log import Extent, PayloadError, PayloadLog
+from atroposlib.api.stored_group import CorruptGroup
 
 SCHEMA_VERSION = 2
 DB_FILENAME = "trajectory_api.sqlite3"
 PAYLOAD_DIRNAME = "payloads"
 LOCK_FILENAME = "run-api.lock"
 #: What a failing store raises during a request (answered 503, nothing changed).
-STORAGE_ERRORS = (sqlite3.Error, PayloadError)
+STORAGE_ERRORS = (sqlite3.Error, PayloadError, CorruptGroup)
 #: Most ``?`` parameters put in one ``gid IN (...)`` query.
 _IN_CHUNK = 500
 

@@ -14,9 +14,11 @@ Checks, in order (a group is rejected on the first failing stage):
 3. admission against the current registration: ``env_id`` registered, sequences no longer than
    ``max_token_len``, and a group size that can ever be batched.
 
-Decoding has two paths with the same outcome. Well-formed groups (plain ints, floats, the
-documented types) are decoded and encoded by msgspec in one pass of C code, including the int32
-range check. Anything else (lax coercions such as ``1.0`` for an int, bad types, NaN, odd
+Decoding has three paths with the same outcome, tried in turn. Plainly well-formed groups are
+decoded by simdjson into the packed stored form without a Python int per token
+(:mod:`atroposlib.api.simd_decode`). Well-formed groups it declines (e.g. one with a ``\u005b``
+escape) are decoded and encoded by msgspec (:mod:`atroposlib.api.strict_schema`), including the
+int32 range check. Anything else (lax coercions such as ``1.0`` for an int, bad types, NaN, odd
 messages) goes through the pydantic model of the original, which decides acceptance and
 produces the error details.
 """
@@ -28,15 +30,15 @@ import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 from pydantic import TypeAdapter, ValidationError
 
-from atroposlib.api.schemas import FREE_FORM_FIELDS, GROUP_FIELDS, ScoredData
+from atroposlib.api import simd_decode
+from atroposlib.api.schemas import FREE_FORM_FIELDS, ScoredData
+from atroposlib.api.strict_schema import INT32_MAX, INT32_MIN, StrictGroup, messages_complete
 
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
 #: Error inputs larger than this many items are elided from error responses.
 MAX_ERROR_INPUT_ITEMS = 64
 #: At most this many errors are reported for one request.
@@ -44,32 +46,8 @@ MAX_ERRORS = 50
 
 _GROUP_LIST = TypeAdapter(list[ScoredData])
 _ENCODER = msgspec.json.Encoder()
-
-_Int32 = Annotated[int, msgspec.Meta(ge=INT32_MIN, le=INT32_MAX)]
-
-
-class _StrictGroup(msgspec.Struct):
-    """The fast decoder's view of a group: exact JSON types only, fields in stored order."""
-
-    tokens: list[list[_Int32]]
-    masks: list[list[_Int32]]
-    scores: list[float]
-    advantages: list[list[float]] | None = None
-    ref_logprobs: list[list[float]] | None = None
-    messages: list[list[dict[str, Any]]] | None = None
-    generation_params: dict[str, Any] | None = None
-    inference_logprobs: list[list[float]] | None = None
-    overrides: list[dict[str, Any]] | None = None
-    group_overrides: dict[str, Any] | None = None
-    images: Any = None
-    env_id: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    distill_token_ids: list[list[list[_Int32]]] | None = None
-    distill_logprobs: list[list[list[float]]] | None = None
-
-
-assert tuple(_StrictGroup.__struct_fields__) == GROUP_FIELDS
-_ONE = msgspec.json.Decoder(_StrictGroup)
-_MANY = msgspec.json.Decoder(list[_StrictGroup])
+_ONE = msgspec.json.Decoder(StrictGroup)
+_MANY = msgspec.json.Decoder(list[StrictGroup])
 
 
 class InvalidRequest(Exception):
@@ -130,11 +108,14 @@ def error(kind: str, loc: Sequence[Any], msg: str, **extra: Any) -> dict[str, An
 def decode_group(body: bytes) -> Group:
     """Parse and schema-validate one group (``POST /scored_data``); raises :class:`InvalidRequest`."""
     _require_body(body)
+    plain = simd_decode.decode_one(body)
+    if plain is not None:
+        return Group(*plain)
     try:
         fast = _ONE.decode(body)
     except (msgspec.MsgspecError, RecursionError, ValueError):
         fast = None
-    if fast is not None and _messages_complete(fast.messages):
+    if fast is not None and messages_complete(fast.messages):
         return _from_fast(fast)
     try:
         model = ScoredData.model_validate_json(body)
@@ -146,11 +127,14 @@ def decode_group(body: bytes) -> Group:
 def decode_group_list(body: bytes) -> list[Group]:
     """Parse and schema-validate a JSON array of groups (``POST /scored_data_list``)."""
     _require_body(body)
+    plain = simd_decode.decode_many(body)
+    if plain is not None:
+        return [Group(*group) for group in plain]
     try:
         fast = _MANY.decode(body)
     except (msgspec.MsgspecError, RecursionError, ValueError):
         fast = None
-    if fast is not None and all(_messages_complete(g.messages) for g in fast):
+    if fast is not None and all(messages_complete(g.messages) for g in fast):
         return [_from_fast(g) for g in fast]
     try:
         models = _GROUP_LIST.validate_json(body)
@@ -159,14 +143,7 @@ def decode_group_list(body: bytes) -> list[Group]:
     return [_from_model(m) for m in models]
 
 
-def _messages_complete(messages: list[list[dict[str, Any]]] | None) -> bool:
-    """The original's message rule, on already typed messages."""
-    if messages is None:
-        return True
-    return all("role" in m and "content" in m for conversation in messages for m in conversation)
-
-
-def _from_fast(group: _StrictGroup) -> Group:
+def _from_fast(group: StrictGroup) -> Group:
     return Group(
         token_lengths=[len(row) for row in group.tokens],
         mask_lengths=[len(row) for row in group.masks],

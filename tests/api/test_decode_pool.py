@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from atroposlib.api.decode_pool import DecodePool, decode_body
+from atroposlib.api.stored_group import group_json
 from atroposlib.testing.api_process import launch_api
 from tests.api.helpers import TIMEOUT, get, group, register
 
@@ -78,7 +79,9 @@ async def test_concurrent_requests_are_matched_to_their_answers():
         await ready(pool, 2)
         bodies = [orjson.dumps(big_group(i)) for i in range(24)]
         results = await asyncio.gather(*(pool.decode("one", b, False) for b in bodies))
-        assert [orjson.loads(r.groups[0].data)["tokens"][0][0] for r in results] == list(range(24))
+        assert [orjson.loads(group_json(r.groups[0].data))["tokens"][0][0] for r in results] == list(
+            range(24)
+        )
     finally:
         await pool.close()
 
@@ -92,7 +95,7 @@ async def test_a_lone_body_is_decoded_inline_and_concurrent_ones_by_workers():
             assert same(await pool.decode("one", body, False), decode_body("one", body, False, LIMIT))
         assert pool.inline == 3 and pool.offloaded == 0
         results = await asyncio.gather(*(pool.decode("one", b, False) for b in bodies))
-        assert [orjson.loads(r.groups[0].data)["tokens"][0][0] for r in results] == list(range(8))
+        assert [orjson.loads(group_json(r.groups[0].data))["tokens"][0][0] for r in results] == list(range(8))
         assert pool.offloaded == 8 and pool.inline == 3
     finally:
         await pool.close()

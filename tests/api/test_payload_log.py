@@ -15,6 +15,7 @@ from atroposlib.api.metrics import ApiMetrics
 from atroposlib.api.payload_log import PayloadError, PayloadLog
 from atroposlib.api.state import TrajectoryState
 from atroposlib.api.store import DB_FILENAME, PAYLOAD_DIRNAME, SCHEMA_VERSION, SqliteStore
+from atroposlib.api.stored_group import group_json
 from tests.api.test_state import grp, put, reg, served_markers
 
 
@@ -117,7 +118,7 @@ def test_damaged_payload_is_a_503_not_a_crash(tmp_path):
 
 
 def test_schema_1_data_dir_is_migrated(tmp_path):
-    group = orjson.loads(grp(2, 70).data)
+    group = orjson.loads(group_json(grp(2, 70).data))
     conn = sqlite3.connect(tmp_path / DB_FILENAME, isolation_level=None)
     conn.executescript(
         """
