@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import requests
@@ -51,3 +52,40 @@ def post_group(url: str, body: Any, headers: dict | None = None) -> requests.Res
 
 def get(url: str, path: str, **kwargs: Any) -> requests.Response:
     return requests.get(f"{url}{path}", timeout=TIMEOUT, **kwargs)
+
+
+def random_group(rng: random.Random) -> dict:
+    """A random, mostly valid group using every field, with lax-mode variants sprinkled in."""
+    n = rng.randint(0, 4)
+    length = rng.randint(0, 5)
+    tokens = [
+        [rng.choice([0, 1, -100, 2**31 - 1, -(2**31), rng.randrange(200_000)]) for _ in range(length)]
+        for _ in range(n)
+    ]
+    group = {
+        "tokens": tokens,
+        "masks": [list(row) for row in tokens],
+        "scores": [rng.choice([0, 1, 0.5, -2.25, 1e-7]) for _ in range(n)],
+    }
+    options = {
+        "advantages": lambda: [[rng.choice([1, 0.25, -3])] * rng.randint(0, 3) for _ in range(n)],
+        "ref_logprobs": lambda: [[-0.5] * length for _ in range(n)],
+        "inference_logprobs": lambda: [[1.0, -0.1]] * n,
+        "messages": lambda: [[{"role": "user", "content": rng.choice(["x", "", ["a"], {"b": 1}])}]] * n,
+        "generation_params": lambda: {"temperature": 0.7, "seed": rng.choice([1, 2**70])},
+        "overrides": lambda: [{"sft": True}] * n,
+        "group_overrides": lambda: {"x": None},
+        "images": lambda: rng.choice([None, "img", [1, 2], {"k": [True]}]),
+        "env_id": lambda: rng.choice([None, 0, 3]),
+        "distill_token_ids": lambda: [[[1, 2]] * length] * n,
+        "distill_logprobs": lambda: [[[-0.1, -2]] * length] * n,
+        "unknown": lambda: {"dropped": 1},
+    }
+    for name, make in options.items():
+        if rng.random() < 0.4:
+            group[name] = make()
+    if rng.random() < 0.2 and n and length:
+        group["tokens"][0][0] = float(group["tokens"][0][0])  # lax: integral float for an int
+    if rng.random() < 0.1:
+        group["env_id"] = 1.0
+    return group

@@ -20,6 +20,7 @@ from atroposlib.api.validation import (
     decode_group,
     decode_group_list,
 )
+from tests.api.helpers import random_group
 
 
 def body(**fields):
@@ -121,43 +122,6 @@ def test_stored_form_is_the_fourteen_key_dict():
     assert data["images"] == ["x"] and data["env_id"] is None
     big = decode_group(body(generation_params={"seed": 2**80}))
     assert stored(big)["generation_params"]["seed"] == 2**80  # kept exactly
-
-
-def random_group(rng: random.Random) -> dict:
-    """A random, mostly valid group using every field, with lax-mode variants sprinkled in."""
-    n = rng.randint(0, 4)
-    length = rng.randint(0, 5)
-    tokens = [
-        [rng.choice([0, 1, -100, 2**31 - 1, -(2**31), rng.randrange(200_000)]) for _ in range(length)]
-        for _ in range(n)
-    ]
-    group = {
-        "tokens": tokens,
-        "masks": [list(row) for row in tokens],
-        "scores": [rng.choice([0, 1, 0.5, -2.25, 1e-7]) for _ in range(n)],
-    }
-    options = {
-        "advantages": lambda: [[rng.choice([1, 0.25, -3])] * rng.randint(0, 3) for _ in range(n)],
-        "ref_logprobs": lambda: [[-0.5] * length for _ in range(n)],
-        "inference_logprobs": lambda: [[1.0, -0.1]] * n,
-        "messages": lambda: [[{"role": "user", "content": rng.choice(["x", "", ["a"], {"b": 1}])}]] * n,
-        "generation_params": lambda: {"temperature": 0.7, "seed": rng.choice([1, 2**70])},
-        "overrides": lambda: [{"sft": True}] * n,
-        "group_overrides": lambda: {"x": None},
-        "images": lambda: rng.choice([None, "img", [1, 2], {"k": [True]}]),
-        "env_id": lambda: rng.choice([None, 0, 3]),
-        "distill_token_ids": lambda: [[[1, 2]] * length] * n,
-        "distill_logprobs": lambda: [[[-0.1, -2]] * length] * n,
-        "unknown": lambda: {"dropped": 1},
-    }
-    for name, make in options.items():
-        if rng.random() < 0.4:
-            group[name] = make()
-    if rng.random() < 0.2 and n and length:
-        group["tokens"][0][0] = float(group["tokens"][0][0])  # lax: integral float for an int
-    if rng.random() < 0.1:
-        group["env_id"] = 1.0
-    return group
 
 
 def test_fast_and_pydantic_paths_agree():

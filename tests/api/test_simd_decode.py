@@ -1,0 +1,188 @@
+"""The simdjson decoder: it takes plainly well-formed groups, and declines everything else."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+
+import msgspec
+import pytest
+
+from atroposlib.api import simd_decode
+from atroposlib.api.schemas import ScoredData
+from atroposlib.api.stored_group import PACKED, group_json
+from atroposlib.api.strict_schema import StrictGroup
+from atroposlib.api.validation import InvalidRequest, _from_model, decode_group, decode_group_list
+from tests.api.helpers import random_group
+
+_STRICT = msgspec.json.Decoder(StrictGroup)
+_ENCODER = msgspec.json.Encoder()
+
+
+def strict_json(raw: bytes) -> bytes | None:
+    """The stored JSON the msgspec path gives ``raw``, or None where it rejects it."""
+    try:
+        return _ENCODER.encode(_STRICT.decode(raw))
+    except (msgspec.MsgspecError, ValueError):
+        return None
+
+
+def assert_same_as_strict(plain: simd_decode.PlainGroup, raw: bytes) -> None:
+    want = _STRICT.decode(raw)
+    assert group_json(plain.data) == _ENCODER.encode(want), raw
+    assert plain.data[:1] == PACKED
+    assert plain.token_lengths == [len(row) for row in want.tokens]
+    assert plain.mask_lengths == [len(row) for row in want.masks]
+    assert plain.scores == want.scores and plain.env_id == want.env_id
+
+
+def test_random_groups_decode_as_the_msgspec_path_does():
+    rng = random.Random(5)
+    taken = 0
+    for _ in range(600):
+        group = random_group(rng)
+        raw = json.dumps(group, indent=rng.choice([None, 2]), ensure_ascii=rng.random() < 0.5).encode()
+        plain = simd_decode.decode_one(raw)
+        if plain is None:
+            continue
+        taken += 1
+        assert strict_json(raw) is not None, raw  # never accepts what the exact paths reject
+        assert_same_as_strict(plain, raw)
+    assert taken > 300
+
+
+def body(**fields) -> bytes:
+    base = {"tokens": [[1, 2], [3, 4]], "masks": [[-100, 2], [-100, 4]], "scores": [0, 1.5]}
+    base.update(fields)
+    return json.dumps(base).encode()
+
+
+TAKEN = {
+    "plain": body(),
+    "pretty-printed and padded": b"\n " + json.dumps(json.loads(body()), indent=4).encode() + b"\n",
+    "extreme int32 values and -0": b'{"tokens":[[2147483647,-2147483648,-0]],"masks":[[0,0,0]],"scores":[1]}',
+    "empty token list": body(tokens=[], masks=[], scores=[]),
+    "empty rows": body(tokens=[[], [1]], masks=[[], [1]]),
+    "brackets in strings and keys": body(
+        messages=[[{"role": "u[s]er", "content": "[[1, [2]]]"}]],
+        images={"[k": ["[", {"]": "[x"}]},
+        **{"[unknown": "["},
+    ),
+    "escapes other than a bracket": body(messages=[[{"role": "user", "content": 'caf\u00e9\n\t"q"'}]]),
+    "every optional field": body(
+        advantages=[[0.5, 1], []],
+        ref_logprobs=[[-1.0]],
+        generation_params={"temperature": 0.7, "stop": ["\n"]},
+        inference_logprobs=[[-0.25, -1e-9], [0]],
+        overrides=[{"sft": True}, {}],
+        group_overrides={"x": None},
+        images=None,
+        env_id=3,
+        distill_token_ids=[[[1, 2], [3]], [[4]]],
+        distill_logprobs=[[[-0.5, -1.5], [0]], [[-2]]],
+    ),
+}
+
+
+@pytest.mark.parametrize("raw", TAKEN.values(), ids=TAKEN.keys())
+def test_well_formed_groups_are_taken(raw):
+    plain = simd_decode.decode_one(raw)
+    assert plain is not None
+    assert_same_as_strict(plain, raw)
+
+
+NESTED_ROW = b'{"tokens":[[1,[2]]],"masks":[[1,2]],"scores":[1]}'
+DECLINED = {
+    "a one-item array inside a token row": NESTED_ROW,
+    "a token row of one nested row": b'{"tokens":[[[1]]],"masks":[[1]],"scores":[1]}',
+    "a one-item array inside a mask row": b'{"tokens":[[1,2]],"masks":[[[1],2]],"scores":[1]}',
+    "a nested array hidden by an escaped bracket": (
+        b'{"tokens":[[1,[2]]],"masks":[[1,2]],"scores":[1],'
+        b'"messages":[[{"role":"user","content":"\\u005b"}]]}'
+    ),
+    "an escaped bracket alone": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"images":"\\u005B"}',
+    "a duplicate matrix key": b'{"tokens":[[1]],"tokens":[[2]],"masks":[[1]],"scores":[1]}',
+    "a duplicate scalar key": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"env_id":1,"env_id":2}',
+    "a token above int32": body(tokens=[[2**31, 1], [3, 4]]),
+    "a mask below int32": body(masks=[[-(2**31) - 1, 1], [3, 4]]),
+    "a token beyond 64 bits": body(tokens=[[2**70, 1], [3, 4]]),
+    "an integral float token": body(tokens=[[1.0, 2], [3, 4]]),
+    "a boolean token": body(tokens=[[True, 2], [3, 4]]),
+    "a string token": body(tokens=[["1", 2], [3, 4]]),
+    "a row that is not an array": body(tokens=[1, 2]),
+    "tokens null": body(tokens=None),
+    "masks missing": b'{"tokens":[[1]],"scores":[1]}',
+    "a float env_id": body(env_id=1.0),
+    "a negative env_id": body(env_id=-1),
+    "a boolean score": body(scores=[True, 1]),
+    "a message without a role": body(messages=[[{"content": "x"}]]),
+    "a list body": b"[" + body() + b"]",
+    "a byte order mark": b"\xef\xbb\xbf" + body(),
+    "invalid UTF-8": body(images="\x00").replace(b"\\u0000", b"\xff"),
+    "trailing garbage": body() + b" x",
+    "truncated": body()[:-1],
+    "NaN": body().replace(b"1.5", b"NaN"),
+}
+
+
+@pytest.mark.parametrize("raw", DECLINED.values(), ids=DECLINED.keys())
+def test_anything_else_is_left_to_the_exact_paths(raw):
+    assert simd_decode.decode_one(raw) is None
+    try:
+        want = _from_model(ScoredData.model_validate_json(raw))
+    except Exception:
+        with pytest.raises(InvalidRequest):
+            decode_group(raw)
+        return
+    got = decode_group(raw)
+    assert group_json(got.data) == group_json(want.data)
+    assert got.token_lengths == want.token_lengths and got.problems == want.problems
+
+
+def test_lists_are_taken_whole_or_not_at_all():
+    rng = random.Random(8)
+    groups = [random_group(rng) for _ in range(30)]
+    groups = [g for g in groups if simd_decode.decode_one(json.dumps(g).encode()) is not None][:6]
+    raw = json.dumps(groups).encode()
+    plain = simd_decode.decode_many(raw)
+    assert plain is not None and len(plain) == len(groups)
+    for got, group in zip(plain, groups, strict=True):
+        assert_same_as_strict(got, json.dumps(group).encode())
+    assert simd_decode.decode_many(b" [] ") == []
+    assert simd_decode.decode_many(raw[:-1] + b"," + NESTED_ROW + b"]") is None
+    assert simd_decode.decode_many(b"[1]") is None
+    assert simd_decode.decode_many(body()) is None
+    assert [group_json(g.data) for g in decode_group_list(raw)] == [group_json(g.data) for g in plain]
+
+
+def test_a_declined_body_does_not_disturb_the_next_one():
+    for raw in DECLINED.values():
+        assert simd_decode.decode_one(raw) is None
+        assert simd_decode.decode_one(body()) is not None
+
+
+def test_large_bodies_get_a_parser_of_their_own(monkeypatch):
+    monkeypatch.setattr(simd_decode, "REUSE_PARSER_MAX_BYTES", 16)
+    monkeypatch.setattr(simd_decode._local, "parser", None)
+    assert_same_as_strict(simd_decode.decode_one(body()), body())
+    assert simd_decode._local.parser is None
+
+
+def test_threads_decode_concurrently():
+    bodies = [body(tokens=[[i, i + 1], [i + 2, i + 3]], env_id=i) for i in range(64)]
+    failures: list[str] = []
+
+    def work(offset: int) -> None:
+        for _ in range(20):
+            for i in range(offset, len(bodies), 4):
+                plain = simd_decode.decode_one(bodies[i])
+                if plain is None or plain.env_id != i or group_json(plain.data) != strict_json(bodies[i]):
+                    failures.append(f"body {i}")
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
