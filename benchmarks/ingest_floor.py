@@ -6,13 +6,13 @@ run and with the same client and bodies as ``api_throughput.py``:
 
 - ``http``: the round trip through uvicorn (httptools, as ``run-api`` serves) of an ASGI app that
   reads the body and answers at once: what HTTP, the client and the kernel cost before any work;
-- ``decode``: inflating, schema-checking and re-encoding one body in this process, the work no
-  server may skip (the answer must say whether the group was acceptable);
+- ``decode``: inflating, checking and encoding for storage one body in this process, as the server does
+  it (:func:`atroposlib.api.decode_pool.decode_body`), the work no server may skip (the answer must
+  say whether the group was acceptable);
+- ``commit``: queueing one decoded group in the default durable store, in this process;
 - this server and atroposlib 0.4.0 at concurrency 1.
 
-- ``commit``: queueing one decoded group in the default durable store, in this process.
-
-It prints the ceilings these imply for any server built on uvicorn and msgspec on this machine
+It prints the ceilings these imply for a server on uvicorn with this decoder on this machine
 (``1 / (http + decode)`` before storage, ``1 / (http + decode + commit)`` with it), as multiples of
 0.4.0's rate; whatever a real server adds on top (its framework, its answer) comes off them.
 
