@@ -111,6 +111,8 @@ DECLINED = {
     "a boolean token": body(tokens=[[True, 2], [3, 4]]),
     "a string token": body(tokens=[["1", 2], [3, 4]]),
     "a row that is not an array": body(tokens=[1, 2]),
+    "a row that is a string": body(tokens=[[1, 2], "34"]),
+    "a row that is an object": body(masks=[[1, 2], {"3": 4}]),
     "tokens null": body(tokens=None),
     "masks missing": b'{"tokens":[[1]],"scores":[1]}',
     "a float env_id": body(env_id=1.0),
