@@ -114,6 +114,7 @@ def admit(
     except (InvalidRequest, QueueFull, *STORAGE_ERRORS) as exc:
         return error_outcome(exc, metrics, retry_after)
     metrics.ingest_latency.observe(time.perf_counter() - started)
+    metrics.count_decoded(groups)
     if not in_list:
         return _json(200, results[0])
     response: dict[str, Any] = {"status": "received", "groups_processed": len(groups)}

@@ -7,7 +7,7 @@ the rejection counter are observed by the routes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -15,6 +15,8 @@ from prometheus_client.registry import Collector
 
 from atroposlib.api.decode_pool import DecodePool
 from atroposlib.api.state import TrajectoryState
+from atroposlib.api.stored_group import PACKED
+from atroposlib.api.validation import Group
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -134,6 +136,24 @@ class ApiMetrics:
             labelnames=["reason"],
             registry=self.registry,
         )
+
+        decoded = Counter(
+            "atropos_ingest_groups_decoded",
+            "Accepted groups by decoder: simdjson (the fast path) or exact (msgspec or pydantic, for "
+            "bodies the fast path declines, such as lax types or escaped brackets).",
+            labelnames=["decoder"],
+            registry=self.registry,
+        )
+        self._decoded_fast = decoded.labels(decoder="simdjson")
+        self._decoded_exact = decoded.labels(decoder="exact")
+
+    def count_decoded(self, groups: Sequence[Group]) -> None:
+        """Count accepted groups by the decoder that took them (told by their stored form)."""
+        fast = sum(1 for group in groups if group.data[:1] == PACKED)
+        if fast:
+            self._decoded_fast.inc(fast)
+        if len(groups) > fast:
+            self._decoded_exact.inc(len(groups) - fast)
 
     def watch_decode_pool(self, pool: DecodePool) -> None:
         """Export where ingest bodies are decoded and how many decode workers are ready."""
