@@ -1,7 +1,7 @@
 """The in-memory store (``--store memory``): the original's behaviour, nothing survives exit.
 
 Implements the same interface as :class:`atroposlib.api.store.SqliteStore`; group data is kept
-as its compact stored JSON (bytes) rather than as Python objects.
+as its stored form (bytes, :mod:`atroposlib.api.stored_group`) rather than as Python objects.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Append-only segment files holding the stored JSON of groups.
+"""Append-only segment files holding the stored form of groups.
 
 A group's payload is written once, read when its batch is formed (and by inspection), and
 deleted in roughly arrival order. In SQLite every payload byte would be written twice (to the

@@ -158,7 +158,11 @@ def _python(value: Any) -> Any:
 
 
 def _rest_arrays(rest: dict[str, Any]) -> int:
-    """``[`` count of the fields after the matrices (already checked against :class:`StrictRest`)."""
+    """``[`` count of the fields after the matrices (already checked against :class:`StrictRest`).
+
+    The typed numeric fields are counted from their shape, which the check guarantees, rather than
+    walked value by value: ``inference_logprobs`` alone can hold thousands of floats.
+    """
     total = 0
     for key, value in rest.items():
         if value is None:

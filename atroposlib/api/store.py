@@ -2,8 +2,9 @@
 
 The server keeps a small metadata mirror of its state in memory (:mod:`atroposlib.api.state`)
 and writes every change through a store inside one transaction per request, committed before
-the response is sent. Group data (the stored JSON of each group) lives only in the store, so
-memory use does not grow with queued tokens.
+the response is sent. Group data (the stored form of each group, see
+:mod:`atroposlib.api.stored_group`) lives only in the store, so memory use does not grow with
+queued tokens.
 
 SQLite layout (one file, ``<data_dir>/trajectory_api.sqlite3``, WAL mode):
 
@@ -14,7 +15,7 @@ SQLite layout (one file, ``<data_dir>/trajectory_api.sqlite3``, WAL mode):
 - ``groups(gid, env_id, size, nbytes, loc, qseq, received_step, received_at, seg, off, crc)``:
   every group not yet discarded; ``loc`` says where it is (queue, buffer, batch, retired),
   ``qseq`` is its position in the order groups entered the queue, and ``seg``/``off``/``nbytes``/
-  ``crc`` locate its stored JSON in the payload log (``<data_dir>/payloads/``, see
+  ``crc`` locate its stored form in the payload log (``<data_dir>/payloads/``, see
   :mod:`atroposlib.api.payload_log`), written before the row commits.
 - ``batches(bid, state, pos, served, gids)``: formed batches, pending (``state=0``, a stack
   ordered by ``pos``) or served and unacknowledged (``state=1``, ordered by ``pos``).
@@ -442,7 +443,7 @@ class SqliteStore:
         return found
 
     def read_groups(self, gids: Sequence[int]) -> list[bytes]:
-        """Stored JSON of the given groups, in the given order.
+        """Stored forms of the given groups, in the given order.
 
         Raises KeyError if one is unknown, :class:`PayloadError` if its data is damaged.
         """

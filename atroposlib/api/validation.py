@@ -65,8 +65,9 @@ class InvalidRequest(Exception):
 class Group:
     """A decoded, schema-valid group: what the checks and the queue need.
 
-    ``data`` is the stored form (compact JSON of the 14-key dict); ``problems`` holds content
-    problems found while decoding (relative locs).
+    ``data`` is the stored form (:mod:`atroposlib.api.stored_group`: the compact JSON of the
+    14-key dict, or its packed form); ``problems`` holds content problems found while decoding
+    (relative locs).
     """
 
     token_lengths: list[int]
