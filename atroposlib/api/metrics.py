@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 
 from atroposlib.api.decode_pool import DecodePool
 from atroposlib.api.state import TrajectoryState
-from atroposlib.api.stored_group import PACKED
+from atroposlib.api.stored_group import is_packed
 from atroposlib.api.validation import Group
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -149,7 +149,7 @@ class ApiMetrics:
 
     def count_decoded(self, groups: Sequence[Group]) -> None:
         """Count accepted groups by the decoder that took them (told by their stored form)."""
-        fast = sum(1 for group in groups if group.data[:1] == PACKED)
+        fast = sum(1 for group in groups if is_packed(group.data))
         if fast:
             self._decoded_fast.inc(fast)
         if len(groups) > fast:

@@ -1,11 +1,12 @@
-"""Decoding plainly well-formed scored groups with simdjson, without a Python int per token.
+"""Decoding plainly well-formed scored groups with simdjson, without a Python object per number.
 
 Decoding a group with msgspec creates a Python int for every token id and mask value (8192 of
-them for 8 sequences of 512 tokens) and formats each again to store the group: about 0.25 ms, the
-largest part of an ingest request. Here simdjson parses the body in C++, each token row is
-copied into an int64 buffer, numpy checks the int32 range of all of them at once, and the group
-is stored packed (:mod:`atroposlib.api.stored_group`): the ints are formatted only when a batch
-is served, by orjson from the int32 arrays.
+them for 8 sequences of 512 tokens), and a Python float for every logprob, and formats each again
+to store the group: about 0.25 ms without logprobs, the largest part of an ingest request. Here
+simdjson parses the body in C++, the token matrices are copied into int64 buffers (numpy checks
+their int32 range at once) and the float matrices (``advantages``, ``ref_logprobs``,
+``inference_logprobs``) into float64 buffers, and the group is stored in parts
+(:mod:`atroposlib.api.stored_group`): the numbers are formatted only when a batch is served.
 
 Only plainly well-formed bodies are decoded here. For anything else (bad JSON, a wrong type, a
 value out of range, a duplicate key, an escaped ``[``...) these functions return ``None`` and the
@@ -29,11 +30,13 @@ import msgspec
 import numpy as np
 import simdjson
 
-from atroposlib.api.stored_group import pack
+from atroposlib.api.stored_group import FLOAT64_ROWS, INT32_ROWS, Part, pack
 from atroposlib.api.strict_schema import INT32_MAX, INT32_MIN, StrictRest, messages_complete
 
 _MATRICES = ("tokens", "masks")
 _FLOAT_MATRICES = frozenset({"advantages", "ref_logprobs", "inference_logprobs"})
+#: ``,"name":`` of every field after ``masks``, in stored order.
+_REST_KEYS = tuple((name, f',"{name}":'.encode()) for name in StrictRest.__struct_fields__)
 _CUBES = frozenset({"distill_token_ids", "distill_logprobs"})
 _ESCAPED_BRACKET = re.compile(rb"\\u005[bB]")
 _WHITESPACE = b" \t\r\n"
@@ -125,28 +128,71 @@ def _group(obj: Any) -> tuple[PlainGroup, int]:
     keys = list(obj.keys())
     if len(set(keys)) != len(keys):
         raise _NotPlain  # which duplicate counts is the exact path's call
-    token_lengths, tokens, token_arrays = _matrix(obj.get("tokens"))
-    mask_lengths, masks, mask_arrays = _matrix(obj.get("masks"))
-    rest = {key: _python(obj[key]) for key in keys if key not in _MATRICES}
+    tokens = _int_matrix(obj.get("tokens"))
+    masks = _int_matrix(obj.get("masks"))
+    arrays = 2 + len(tokens[1]) + len(masks[1]) + sum(key.count("[") for key in keys)
+    rest = {}
+    floats = {}
+    for key in keys:
+        if key in _MATRICES:
+            continue
+        value = obj[key]
+        if key in _FLOAT_MATRICES and isinstance(value, simdjson.Array):
+            floats[key] = matrix = _float_matrix(value)
+            arrays += 1 + len(matrix[1])
+        else:
+            rest[key] = _python(value)
     typed = msgspec.convert(rest, StrictRest)
     if not messages_complete(typed.messages):
         raise _NotPlain
-    arrays = token_arrays + mask_arrays + sum(key.count("[") for key in keys) + _rest_arrays(rest)
-    data = pack(token_lengths, tokens, mask_lengths, masks, _ENCODER.encode(typed))
-    return PlainGroup(token_lengths, mask_lengths, typed.scores, typed.env_id, data), arrays
+    arrays += _rest_arrays(rest)
+    parts: list[Part] = [b'{"tokens":', tokens, b',"masks":', masks]
+    if floats:
+        parts.extend(_rest_parts(typed, floats))
+    else:
+        parts.append(b"," + _ENCODER.encode(typed)[1:])
+    return PlainGroup(tokens[1], masks[1], typed.scores, typed.env_id, pack(parts)), arrays
 
 
-def _matrix(value: Any) -> tuple[list[int], bytes, int]:
-    """Row lengths, little-endian int32 values and array count of a list of int32 lists."""
+def _int_matrix(value: Any) -> tuple[int, list[int], bytes]:
+    """The int32 matrix part of a list of int32 lists: kind, row lengths, little-endian values."""
     if not isinstance(value, simdjson.Array):
         raise _NotPlain
     flat = np.frombuffer(value.as_buffer(of_type="i"), np.int64)  # TypeError unless all int64
-    lengths = [len(row) for row in value]  # TypeError for a row that is a bare number
-    if flat.size != sum(lengths):
-        raise _NotPlain  # a nested array of other than one item
+    lengths = _row_lengths(value, flat.size)
     if flat.size and (flat.min() < INT32_MIN or flat.max() > INT32_MAX):
         raise _NotPlain
-    return lengths, flat.astype("<i4").tobytes(), 1 + len(lengths)
+    return INT32_ROWS, lengths, flat.astype("<i4").tobytes()
+
+
+def _float_matrix(value: Any) -> tuple[int, list[int], bytes]:
+    """The float64 matrix part of a list of lists of JSON numbers (ints become floats, as in msgspec)."""
+    flat = np.frombuffer(value.as_buffer(of_type="d"), np.float64)  # TypeError for a non-number
+    return FLOAT64_ROWS, _row_lengths(value, flat.size), flat.astype("<f8", copy=False).tobytes()
+
+
+def _row_lengths(value: Any, size: int) -> list[int]:
+    lengths = [len(row) for row in value]  # TypeError for a row that is a bare number
+    if size != sum(lengths):
+        raise _NotPlain  # a nested array of other than one item
+    return lengths
+
+
+def _rest_parts(typed: StrictRest, floats: dict[str, tuple[int, list[int], bytes]]) -> list[Part]:
+    """The fields after ``masks`` as JSON text, cut around the float matrices kept as parts."""
+    parts: list[Part] = []
+    text = bytearray()
+    for (name, key), value in zip(_REST_KEYS, msgspec.structs.astuple(typed), strict=True):
+        text += key
+        if name in floats:
+            parts.append(bytes(text))
+            parts.append(floats[name])
+            text.clear()
+        else:
+            text += _ENCODER.encode(value)
+    text += b"}"
+    parts.append(bytes(text))
+    return parts
 
 
 def _python(value: Any) -> Any:
@@ -158,10 +204,10 @@ def _python(value: Any) -> Any:
 
 
 def _rest_arrays(rest: dict[str, Any]) -> int:
-    """``[`` count of the fields after the matrices (already checked against :class:`StrictRest`).
+    """``[`` count of the decoded fields after the matrices (already checked against :class:`StrictRest`).
 
     The typed numeric fields are counted from their shape, which the check guarantees, rather than
-    walked value by value: ``inference_logprobs`` alone can hold thousands of floats.
+    walked value by value.
     """
     total = 0
     for key, value in rest.items():
@@ -169,8 +215,6 @@ def _rest_arrays(rest: dict[str, Any]) -> int:
             continue
         if key == "scores":
             total += 1
-        elif key in _FLOAT_MATRICES:
-            total += 1 + len(value)
         elif key in _CUBES:
             total += 1 + len(value) + sum(len(matrix) for matrix in value)
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import struct
 import threading
 
 import msgspec
@@ -11,7 +12,7 @@ import pytest
 
 from atroposlib.api import simd_decode
 from atroposlib.api.schemas import ScoredData
-from atroposlib.api.stored_group import PACKED, group_json
+from atroposlib.api.stored_group import PARTS, group_json
 from atroposlib.api.strict_schema import StrictGroup
 from atroposlib.api.validation import InvalidRequest, _from_model, decode_group, decode_group_list
 from tests.api.helpers import random_group
@@ -31,7 +32,7 @@ def strict_json(raw: bytes) -> bytes | None:
 def assert_same_as_strict(plain: simd_decode.PlainGroup, raw: bytes) -> None:
     want = _STRICT.decode(raw)
     assert group_json(plain.data) == _ENCODER.encode(want), raw
-    assert plain.data[:1] == PACKED
+    assert plain.data[:1] == PARTS
     assert plain.token_lengths == [len(row) for row in want.tokens]
     assert plain.mask_lengths == [len(row) for row in want.masks]
     assert plain.scores == want.scores and plain.env_id == want.env_id
@@ -68,6 +69,18 @@ TAKEN = {
         messages=[[{"role": "u[s]er", "content": "[[1, [2]]]"}]],
         images={"[k": ["[", {"]": "[x"}]},
         **{"[unknown": "["},
+    ),
+    "float matrices of ints, extremes and empty rows": body(
+        advantages=[[1, -0.0, 5e-324], []],
+        ref_logprobs=[],
+        inference_logprobs=[
+            [1.7976931348623157e308, 2**63 - 1, 2**64 - 1, -(2**63)],
+            [-2.2250738585072014e-308],
+        ],
+    ),
+    "floats written every which way": body(advantages=[[1, 2]]).replace(
+        b"[[1, 2]]",
+        b"[[1E5, -1e-7, 0.1e1, 123456789.123456789e-3, 9007199254740993, 1.00000000000000011102230246251565404236316680908203125]]",
     ),
     "escapes other than a bracket": body(messages=[[{"role": "user", "content": 'caf\u00e9\n\t"q"'}]]),
     "every optional field": body(
@@ -118,6 +131,16 @@ DECLINED = {
     "a float env_id": body(env_id=1.0),
     "a negative env_id": body(env_id=-1),
     "a boolean score": body(scores=[True, 1]),
+    "a boolean logprob": body(inference_logprobs=[[True], [-1.0]]),
+    "a null logprob": body(advantages=[[None]]),
+    "a string logprob": body(ref_logprobs=[["-1.0"]]),
+    "a one-item array inside a logprob row": body(inference_logprobs=[[-1.0, [-2.0]]]),
+    "a logprob row that is a number": body(inference_logprobs=[-1.0, -2.0]),
+    "logprobs as an object": body(inference_logprobs={"0": [-1.0]}),
+    "a float beyond 64-bit integers": body(advantages=[[1]]).replace(
+        b"[[1]]", b"[[123456789012345678901234567890]]"
+    ),
+    "a float out of range": body(advantages=[[1]]).replace(b"[[1]]", b"[[1e400]]"),
     "a message without a role": body(messages=[[{"content": "x"}]]),
     "a list body": b"[" + body() + b"]",
     "a byte order mark": b"\xef\xbb\xbf" + body(),
@@ -140,6 +163,39 @@ def test_anything_else_is_left_to_the_exact_paths(raw):
     got = decode_group(raw)
     assert group_json(got.data) == group_json(want.data)
     assert got.token_lengths == want.token_lengths and got.problems == want.problems
+
+
+def float_text(rng: random.Random) -> str:
+    """A JSON number as clients write it: shortest repr, %g, exponents, long digit strings, ints."""
+    value = struct.unpack("<d", rng.randbytes(8))[0]
+    while value != value or value in (float("inf"), float("-inf")):
+        value = struct.unpack("<d", rng.randbytes(8))[0]
+    small = rng.uniform(-30, 1)
+    return rng.choice(
+        [
+            repr(value),
+            repr(small),
+            f"{small:.3g}",
+            f"{small:.25e}",
+            f"{value:.17E}",
+            f"{rng.randrange(-(2**64), 2**64)}",
+            f"{rng.randrange(10**30)}.{rng.randrange(10**30)}e-{rng.randrange(340)}",
+        ]
+    )
+
+
+def test_random_floats_are_stored_as_the_msgspec_path_stores_them():
+    rng = random.Random(11)
+    for _ in range(200):
+        rows = [[float_text(rng) for _ in range(rng.randint(0, 6))] for _ in range(2)]
+        field = rng.choice(["advantages", "ref_logprobs", "inference_logprobs"])
+        matrix = "[" + ", ".join("[" + ", ".join(row) + "]" for row in rows) + "]"
+        raw = body().replace(b'"scores"', f'"{field}": {matrix}, "scores"'.encode())
+        plain = simd_decode.decode_one(raw)
+        if plain is None:  # simdjson's 64-bit ints stop where msgspec's do not
+            assert any(abs(int(t)) >= 2**63 for r in rows for t in r if t.lstrip("-").isdigit()), raw
+            continue
+        assert_same_as_strict(plain, raw)
 
 
 def test_lists_are_taken_whole_or_not_at_all():
