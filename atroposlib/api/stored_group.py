@@ -40,7 +40,6 @@ _NATIVE = sys.byteorder == "little"
 _PACKED_FRAME = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[int], bytes, bytes])
 _PARTS_FRAME = msgspec.msgpack.Decoder(list[Part])
 _MSGPACK = msgspec.msgpack.Encoder()
-_JSON = msgspec.json.Encoder()
 
 
 class CorruptGroup(ValueError):
@@ -62,11 +61,10 @@ def group_json(blob: bytes) -> bytes:
 
     Raises :class:`CorruptGroup` for binary forms that do not decode.
     """
-    marker = blob[:1]
-    if marker != PARTS and marker != PACKED:
+    if not is_packed(blob):
         return blob
     try:
-        if marker == PARTS:
+        if blob[:1] == PARTS:
             parts = _PARTS_FRAME.decode(memoryview(blob)[1:])
         else:
             token_lengths, tokens, mask_lengths, masks, rest = _PACKED_FRAME.decode(memoryview(blob)[1:])
