@@ -215,7 +215,13 @@ def servers(original_python: Path | None, workdir: Path) -> Iterator[list[Server
 # ------------------------------------------------------------------ load
 
 
-def make_payloads(count: int, compress: bool, with_logprobs: bool, seed: int = 0) -> list[bytes]:
+#: Top-k of the distillation cubes added by ``--with-distill``.
+DISTILL_TOP_K = 5
+
+
+def make_payloads(
+    count: int, compress: bool, with_logprobs: bool, seed: int = 0, *, with_distill: bool = False
+) -> list[bytes]:
     rng = random.Random(seed)
     payloads = []
     for _ in range(count):
@@ -228,6 +234,14 @@ def make_payloads(count: int, compress: bool, with_logprobs: bool, seed: int = 0
         if with_logprobs:
             group["inference_logprobs"] = [
                 [1.0] * PROMPT_LEN + [-rng.random() * 5 for _ in range(SEQ_LEN - PROMPT_LEN)] for _ in tokens
+            ]
+        if with_distill:
+            group["distill_token_ids"] = [
+                [[rng.randrange(VOCAB) for _ in range(DISTILL_TOP_K)] for _ in range(SEQ_LEN)] for _ in tokens
+            ]
+            group["distill_logprobs"] = [
+                [sorted(-rng.random() * 10 for _ in range(DISTILL_TOP_K))[::-1] for _ in range(SEQ_LEN)]
+                for _ in tokens
             ]
         data = json.dumps(group).encode()
         payloads.append(gzip.compress(data) if compress else data)
@@ -488,6 +502,11 @@ def main(argv: list[str] | None = None) -> None:
         help="Ingest client: pre-built requests on keep-alive sockets (cheap) or aiohttp.",
     )
     parser.add_argument("--with-logprobs", action="store_true", help="Add inference_logprobs to every group.")
+    parser.add_argument(
+        "--with-distill",
+        action="store_true",
+        help=f"Add top-{DISTILL_TOP_K} distill_token_ids and distill_logprobs to every group.",
+    )
     parser.add_argument("--original-venv", type=Path, default=DEFAULT_VENV)
     parser.add_argument("--skip-original", action="store_true", help="Benchmark this server alone.")
     parser.add_argument("--json-out", type=Path, default=None, help="Also write the figures as JSON.")
@@ -504,7 +523,7 @@ def main(argv: list[str] | None = None) -> None:
     headers = headers_for(compress)
 
     original_python = None if args.skip_original else ensure_original(args.original_venv)
-    payloads = make_payloads(64, compress, args.with_logprobs)
+    payloads = make_payloads(64, compress, args.with_logprobs, with_distill=args.with_distill)
     load_average = os.getloadavg()[0]
     log(f"load average before start: {load_average:.2f} on {os.cpu_count()} CPUs")
 
@@ -547,6 +566,7 @@ def main(argv: list[str] | None = None) -> None:
         summary["settings"] = {
             "gzip_requests": compress,
             "with_logprobs": args.with_logprobs,
+            "with_distill": args.with_distill,
             "rounds": rounds,
             "requests": n_requests,
             "batches": n_batches,

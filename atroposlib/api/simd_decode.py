@@ -4,8 +4,9 @@ Decoding a group with msgspec creates a Python int for every token id and mask v
 them for 8 sequences of 512 tokens), and a Python float for every logprob, and formats each again
 to store the group: about 0.25 ms without logprobs, the largest part of an ingest request. Here
 simdjson parses the body in C++, the token matrices are copied into int64 buffers (numpy checks
-their int32 range at once) and the float matrices (``advantages``, ``ref_logprobs``,
-``inference_logprobs``) into float64 buffers, and the group is stored in parts
+their int32 range at once), the float matrices (``advantages``, ``ref_logprobs``,
+``inference_logprobs``) into float64 buffers, the distillation cubes (``distill_token_ids``,
+``distill_logprobs``) into one such matrix per sequence, and the group is stored in parts
 (:mod:`atroposlib.api.stored_group`): the numbers are formatted only when a batch is served.
 
 Only plainly well-formed bodies are decoded here. For anything else (bad JSON, a wrong type, a
@@ -30,7 +31,7 @@ import msgspec
 import numpy as np
 import simdjson
 
-from atroposlib.api.stored_group import FLOAT64_ROWS, INT32_ROWS, Part, pack
+from atroposlib.api.stored_group import FLOAT64_ROWS, INT32_ROWS, Matrix, Part, pack
 from atroposlib.api.strict_schema import INT32_MAX, INT32_MIN, StrictRest, messages_complete
 
 _MATRICES = ("tokens", "masks")
@@ -132,14 +133,18 @@ def _group(obj: Any) -> tuple[PlainGroup, int]:
     masks = _int_matrix(obj.get("masks"))
     arrays = 2 + len(tokens[1]) + len(masks[1]) + sum(key.count("[") for key in keys)
     rest = {}
-    floats = {}
+    kept: dict[str, list[Part]] = {}  # fields stored as parts rather than through StrictRest
     for key in keys:
         if key in _MATRICES:
             continue
         value = obj[key]
         if key in _FLOAT_MATRICES and isinstance(value, simdjson.Array):
-            floats[key] = matrix = _float_matrix(value)
+            matrix = _float_matrix(value)
+            kept[key] = [matrix]
             arrays += 1 + len(matrix[1])
+        elif key in _CUBES and isinstance(value, simdjson.Array):
+            kept[key], positions = _cube(value, ints=key == "distill_token_ids")
+            arrays += 1 + len(value) + positions
         else:
             rest[key] = _python(value)
     typed = msgspec.convert(rest, StrictRest)
@@ -147,14 +152,14 @@ def _group(obj: Any) -> tuple[PlainGroup, int]:
         raise _NotPlain
     arrays += _rest_arrays(rest)
     parts: list[Part] = [b'{"tokens":', tokens, b',"masks":', masks]
-    if floats:
-        parts.extend(_rest_parts(typed, floats))
+    if kept:
+        parts.extend(_rest_parts(typed, kept))
     else:
         parts.append(b"," + _ENCODER.encode(typed)[1:])
     return PlainGroup(tokens[1], masks[1], typed.scores, typed.env_id, pack(parts)), arrays
 
 
-def _int_matrix(value: Any) -> tuple[int, list[int], bytes]:
+def _int_matrix(value: Any) -> Matrix:
     """The int32 matrix part of a list of int32 lists: kind, row lengths, little-endian values."""
     if not isinstance(value, simdjson.Array):
         raise _NotPlain
@@ -165,10 +170,27 @@ def _int_matrix(value: Any) -> tuple[int, list[int], bytes]:
     return INT32_ROWS, lengths, flat.astype("<i4").tobytes()
 
 
-def _float_matrix(value: Any) -> tuple[int, list[int], bytes]:
+def _float_matrix(value: Any) -> Matrix:
     """The float64 matrix part of a list of lists of JSON numbers (ints become floats, as in msgspec)."""
     flat = np.frombuffer(value.as_buffer(of_type="d"), np.float64)  # TypeError for a non-number
     return FLOAT64_ROWS, _row_lengths(value, flat.size), flat.astype("<f8", copy=False).tobytes()
+
+
+def _cube(value: Any, *, ints: bool) -> tuple[list[Part], int]:
+    """The parts of a distillation cube (one matrix per sequence) and its number of positions."""
+    matrix = _int_matrix if ints else _float_matrix
+    parts: list[Part] = [b"["]
+    positions = 0
+    for index, sequence in enumerate(value):
+        if not isinstance(sequence, simdjson.Array):
+            raise _NotPlain
+        if index:
+            parts.append(b",")
+        part = matrix(sequence)
+        parts.append(part)
+        positions += len(part[1])
+    parts.append(b"]")
+    return parts, positions
 
 
 def _row_lengths(value: Any, size: int) -> list[int]:
@@ -178,18 +200,22 @@ def _row_lengths(value: Any, size: int) -> list[int]:
     return lengths
 
 
-def _rest_parts(typed: StrictRest, floats: dict[str, tuple[int, list[int], bytes]]) -> list[Part]:
-    """The fields after ``masks`` as JSON text, cut around the float matrices kept as parts."""
+def _rest_parts(typed: StrictRest, kept: dict[str, list[Part]]) -> list[Part]:
+    """The fields after ``masks`` as JSON text, cut around the matrices of the ``kept`` fields."""
     parts: list[Part] = []
     text = bytearray()
     for (name, key), value in zip(_REST_KEYS, msgspec.structs.astuple(typed), strict=True):
         text += key
-        if name in floats:
-            parts.append(bytes(text))
-            parts.append(floats[name])
-            text.clear()
-        else:
+        if name not in kept:
             text += _ENCODER.encode(value)
+            continue
+        for part in kept[name]:
+            if isinstance(part, bytes):
+                text += part
+            else:
+                parts.append(bytes(text))
+                parts.append(part)
+                text.clear()
     text += b"}"
     parts.append(bytes(text))
     return parts
@@ -204,10 +230,9 @@ def _python(value: Any) -> Any:
 
 
 def _rest_arrays(rest: dict[str, Any]) -> int:
-    """``[`` count of the decoded fields after the matrices (already checked against :class:`StrictRest`).
+    """``[`` count of the decoded fields kept as Python values (already checked against :class:`StrictRest`).
 
-    The typed numeric fields are counted from their shape, which the check guarantees, rather than
-    walked value by value.
+    ``scores``, a list of numbers once checked, is counted from its type rather than walked.
     """
     total = 0
     for key, value in rest.items():
@@ -215,8 +240,6 @@ def _rest_arrays(rest: dict[str, Any]) -> int:
             continue
         if key == "scores":
             total += 1
-        elif key in _CUBES:
-            total += 1 + len(value) + sum(len(matrix) for matrix in value)
         else:
             total += _arrays(value)
     return total

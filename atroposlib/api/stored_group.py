@@ -8,8 +8,8 @@ A group is stored in one of three forms, told apart by the first byte:
   turns a token or a logprob into a Python object: the msgpack array of the group's JSON cut into
   parts, each either a piece of JSON text (msgpack bin) or a matrix
   ``[kind, row_lengths, values]`` whose values are little-endian int32 (kind 0: ``tokens``,
-  ``masks``) or float64 (kind 1: ``advantages``, ``ref_logprobs``, ``inference_logprobs``),
-  back to back;
+  ``masks``, each sequence of ``distill_token_ids``) or float64 (kind 1: ``advantages``,
+  ``ref_logprobs``, ``inference_logprobs``, each sequence of ``distill_logprobs``), back to back;
 - packed (first byte ``0x01``), the earlier form of the same idea, still read: the msgpack array
   ``[token_lengths, token_int32s, mask_lengths, mask_int32s, rest_json]``.
 
@@ -32,8 +32,10 @@ PARTS = b"\x02"
 INT32_ROWS = 0
 FLOAT64_ROWS = 1
 
-#: A piece of JSON text, or a matrix ``(kind, row_lengths, values)``.
-Part = bytes | tuple[int, list[int], bytes]
+#: ``(kind, row_lengths, values)``: a list of rows of numbers.
+Matrix = tuple[int, list[int], bytes]
+#: A piece of JSON text, or a matrix.
+Part = bytes | Matrix
 
 _DTYPES = {INT32_ROWS: np.dtype("<i4"), FLOAT64_ROWS: np.dtype("<f8")}
 _NATIVE = sys.byteorder == "little"
@@ -86,11 +88,14 @@ def _matrix_json(kind: int, lengths: list[int], data: bytes) -> bytes:
         raise ValueError(f"row lengths add up to {sum(lengths)}, but {flat.size} values are stored")
     if not _NATIVE:
         flat = flat.astype(flat.dtype.newbyteorder("="))  # orjson serializes native-endian arrays only
-    rows = []
-    start = 0
-    for length in lengths:
-        rows.append(flat[start : start + length])
-        start += length
+    if lengths and lengths.count(lengths[0]) == len(lengths):
+        rows = flat.reshape(len(lengths), lengths[0])  # one array, not a slice per row
+    else:
+        rows = []
+        start = 0
+        for length in lengths:
+            rows.append(flat[start : start + length])
+            start += length
     text = orjson.dumps(rows, option=orjson.OPT_SERIALIZE_NUMPY)
     if kind == FLOAT64_ROWS:
         # Both write a float's shortest round-trip digits, switching to an exponent at the same

@@ -36,6 +36,24 @@ def test_api_throughput_runs_and_reports(tmp_path):
     assert "ingest req/s (conc 4)" in done.stdout
 
 
+def test_api_throughput_sends_logprobs_and_distillation_cubes(tmp_path):
+    out = tmp_path / "figures.json"
+    done = run_script(
+        "benchmarks/api_throughput.py",
+        "--skip-original", "--with-logprobs", "--with-distill",
+        "--concurrency", "2",
+        "--rounds", "1",
+        "--requests", "20",
+        "--batches", "2",
+        "--memory-groups", "8",
+        "--json-out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert figures["settings"]["with_logprobs"] and figures["settings"]["with_distill"]
+    assert figures["ingest_req_per_s"]["2"]["this"] > 0
+
+
 def test_ingest_floor_runs_and_reports():
     done = run_script("benchmarks/ingest_floor.py", "--skip-original", "--requests", "60")
     assert done.returncode == 0, done.stderr[-2000:]

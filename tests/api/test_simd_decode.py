@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import struct
 import threading
+from collections.abc import Callable
 
 import msgspec
 import pytest
@@ -82,6 +84,15 @@ TAKEN = {
         b"[[1, 2]]",
         b"[[1E5, -1e-7, 0.1e1, 123456789.123456789e-3, 9007199254740993, 1.00000000000000011102230246251565404236316680908203125]]",
     ),
+    "distillation cubes: ragged, empty and extreme": body(
+        distill_token_ids=[[[2147483647, -2147483648], [], [0]], [], [[5]]],
+        distill_logprobs=[[[-0.0, 5e-324], [1e16, 3]], [], [[]]],
+    ),
+    "distillation cubes of one top-k": body(
+        distill_token_ids=[[[1, 2, 3]] * 4, [[4, 5, 6]] * 4],
+        distill_logprobs=[[[-0.5, -1.25, -3e-5]] * 4, [[0, -1, -2]] * 4],
+    ),
+    "empty distillation cubes": body(distill_token_ids=[], distill_logprobs=[[]]),
     "escapes other than a bracket": body(messages=[[{"role": "user", "content": 'caf\u00e9\n\t"q"'}]]),
     "every optional field": body(
         advantages=[[0.5, 1], []],
@@ -141,6 +152,16 @@ DECLINED = {
         b"[[1]]", b"[[123456789012345678901234567890]]"
     ),
     "a float out of range": body(advantages=[[1]]).replace(b"[[1]]", b"[[1e400]]"),
+    "a token id above int32 in a cube": body(distill_token_ids=[[[1, 2**31]], []]),
+    "an integral float token id in a cube": body(distill_token_ids=[[[1.0]]]),
+    "a boolean token id in a cube": body(distill_token_ids=[[[True]]]),
+    "a null distill logprob": body(distill_logprobs=[[[-1.0, None]]]),
+    "a string distill logprob": body(distill_logprobs=[[["-1.0"]]]),
+    "a cube position that is a number": body(distill_token_ids=[[1, 2]]),
+    "a cube position that is a string": body(distill_logprobs=[["-1"]]),
+    "a cube sequence that is a number": body(distill_logprobs=[-1.0]),
+    "a one-item array inside a cube position": body(distill_token_ids=[[[1, [2]]]]),
+    "a cube as an object": body(distill_token_ids={"0": [[1]]}),
     "a message without a role": body(messages=[[{"content": "x"}]]),
     "a list body": b"[" + body() + b"]",
     "a byte order mark": b"\xef\xbb\xbf" + body(),
@@ -196,6 +217,39 @@ def test_random_floats_are_stored_as_the_msgspec_path_stores_them():
             assert any(abs(int(t)) >= 2**63 for r in rows for t in r if t.lstrip("-").isdigit()), raw
             continue
         assert_same_as_strict(plain, raw)
+
+
+def random_cube(rng: random.Random, top_k: int | None, value: Callable[[], str]) -> str:
+    """A distillation cube's JSON text: sequences of positions of ``top_k`` values (None: any)."""
+    sequences = []
+    for _ in range(rng.randint(0, 3)):
+        positions = []
+        for _ in range(rng.randint(0, 6)):
+            k = rng.randint(0, 4) if top_k is None else top_k
+            positions.append("[" + ", ".join(value() for _ in range(k)) + "]")
+        sequences.append("[" + ",".join(positions) + "]")
+    return "[" + ", ".join(sequences) + "]"
+
+
+def test_random_cubes_are_stored_as_the_msgspec_path_stores_them():
+    rng = random.Random(13)
+    extremes = [0, -1, 2**31 - 1, -(2**31)]
+    taken = 0
+    for _ in range(200):
+        top_k = rng.choice([None, 0, 1, 5])
+        token_ids = random_cube(
+            rng, top_k, lambda: str(rng.choice([*extremes, rng.randrange(-(2**31), 2**31)]))
+        )
+        logprobs = random_cube(rng, top_k, lambda: float_text(rng))
+        fields = f'"distill_token_ids": {token_ids}, "distill_logprobs": {logprobs}, "scores"'
+        raw = body().replace(b'"scores"', fields.encode())
+        plain = simd_decode.decode_one(raw)
+        if plain is None:  # a logprob written as an integer beyond 64 bits
+            assert strict_json(raw) is None or re.search(rb"[\[ ,]-?\d{19,}[],]", raw), raw
+            continue
+        taken += 1
+        assert_same_as_strict(plain, raw)
+    assert taken > 150
 
 
 def test_lists_are_taken_whole_or_not_at_all():

@@ -84,6 +84,17 @@ def test_floats_render_as_msgspec_writes_them():
     assert group_json(blob) == b"[" + msgspec.json.encode(matrix) + b"]"
 
 
+@pytest.mark.parametrize("width", [0, 1, 5])
+def test_rows_of_one_length_render_as_any_rows(width):
+    """Rows of one length are written from one 2-D array; the text is the same as row by row."""
+    ints = [[i * 7 - 2**31 + j for j in range(width)] for i in range(4)]
+    floats = [[-0.5 * i - j * 1e-9 for j in range(width)] for i in range(4)]
+    for kind, matrix in ((INT32_ROWS, ints), (FLOAT64_ROWS, floats)):
+        assert group_json(pack([b"[", rows(kind, matrix), b"]"])) == b"[" + msgspec.json.encode(matrix) + b"]"
+    with pytest.raises(CorruptGroup):
+        group_json(pack([(INT32_ROWS, [width + 1] * 4, int32s([v for row in ints for v in row]))]))
+
+
 def test_the_first_packed_form_is_still_read():
     tokens = [[1, 2147483647, -2147483648], [], [7]]
     masks = [[-100, 5, 6], [], [0]]
