@@ -229,8 +229,14 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
         with gr.Accordion("Scores of all loaded groups", open=False):
             overall = gr.HTML(elem_id="av-overall")
         position = gr.State(None)
+        # Whether the view follows the newest group. The checkbox shows it, but handlers read this
+        # server-side copy, which is current when they run; the checkbox value an event carries
+        # was captured when it was triggered, possibly before a navigation that unticked it.
+        following = gr.State(True)
+        # One queue for every event that moves the view, so each sees the state the previous left.
+        serial = {"concurrency_id": "view", "concurrency_limit": 1}
 
-        outputs = [position, follow, env, status, group_view, overall]
+        outputs = [position, following, follow, env, status, group_view, overall]
         if viewer.multimodal:
             outputs += [gallery, prompt_box]
 
@@ -254,8 +260,7 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
             )
             key = navigate(keys, pos, move)
             # Only the choices are refreshed, never the selected env, and the follow box only changes
-            # on navigation: a refresh computed from inputs captured before a concurrent user action
-            # must not undo that action.
+            # on navigation.
             env_update = gr.Dropdown(choices=[ALL_ENVS, *viewer.store.env_labels()])
             follow_update = follow_newest if action in NAVIGATION_ACTIONS else gr.update()
             if key is None:
@@ -277,13 +282,13 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
             overall_html = histogram_svg(
                 viewer.store.all_scores(env_filter), "Scores of all loaded groups", width=480
             )
-            result = [key, follow_update, env_update, line, html, overall_html]
+            result = [key, follow_newest, follow_update, env_update, line, html, overall_html]
             if viewer.multimodal:
                 images, text = _images_and_prompt(viewer, record) if record is not None else ([], "")
                 result += [images, text]
             return result
 
-        inputs = [position, follow, env]
+        inputs = [position, following, env]
         for btn, action in (
             (first_btn, "first"),
             (prev_btn, "prev"),
@@ -291,14 +296,16 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
             (last_btn, "last"),
             (refresh_btn, "refresh"),
         ):
-            btn.click(lambda p, f, e, a=action: show(a, p, f, e), inputs, outputs)
-        env.change(lambda p, f, e: show("env", p, f, e), inputs, outputs)
+            btn.click(lambda p, f, e, a=action: show(a, p, f, e), inputs, outputs, **serial)
+        follow.input(lambda ticked: ticked, follow, following, **serial)
+        env.change(lambda p, f, e: show("env", p, f, e), inputs, outputs, **serial)
+        # Not queued with the rest: it may wait for a batch, and the queue is shared by all pages.
         grab_btn.click(lambda p, f, e: show("grab", p, f, e), inputs, outputs, api_name="get_batch")
-        demo.load(lambda p, f, e: show("refresh", p, f, e), inputs, outputs)
+        demo.load(lambda p, f, e: show("refresh", p, f, e), inputs, outputs, **serial)
         if refresh_interval > 0:
             # The timer only polls and reports a data version; the page re-renders through the
-            # version's change event, which reads the *current* navigation state. (Re-rendering from
-            # the tick itself would use inputs captured before a concurrent click and undo it.)
+            # version's change event, queued behind any navigation (re-rendering from the tick
+            # itself would use inputs captured before a concurrent click and undo it).
             version = gr.Textbox(value="", visible=False)
 
             def tick() -> tuple[str, str]:
@@ -306,7 +313,7 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
                 return f"{viewer.store.version}-{viewer.tokenizer_slot.version}", viewer.status_line()
 
             gr.Timer(refresh_interval).tick(tick, None, [version, status])
-            version.change(lambda p, f, e: show("tick", p, f, e), inputs, outputs)
+            version.change(lambda p, f, e: show("tick", p, f, e), inputs, outputs, **serial)
     return demo
 
 

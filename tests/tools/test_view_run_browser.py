@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -236,3 +237,58 @@ def test_view_run_bad_input_exits_with_a_message(tmp_path):
     assert proc.returncode == 1 and "does not exist" in proc.stderr
     proc = run_tool("view_run", "--register", "--tokenizer", "none")
     assert proc.returncode == 1 and "--register only makes sense with --consume" in proc.stderr
+
+
+def test_navigation_holds_while_live_refreshes_run(
+    tmp_path, page, process_jsonl, tiny_model_dir, tiny_tokenizer
+):
+    """A refresh that was already on its way when the user navigated must not undo the navigation."""
+    viewer, url = start_viewer(
+        tmp_path,
+        "view_run",
+        "--jsonl", process_jsonl,
+        "--tokenizer", tiny_model_dir,
+        "--refresh-interval", "0.1",
+    )  # fmt: skip
+    stop = threading.Event()
+
+    def grow() -> None:  # a still-running `process`: every refresh finds new data
+        i = 0
+        while not stop.wait(0.05):
+            i += 1
+            new = make_group(
+                tiny_tokenizer, [{"role": "user", "content": f"Filler {i}."}], ["a", "b"], [0, 1]
+            )
+            with process_jsonl.open("a") as fh:
+                fh.write(json.dumps(new) + "\n")
+
+    writer = threading.Thread(target=grow, daemon=True)
+    try:
+        page.goto(url)
+        wait_text(page, "#av-group", "Write a short story")
+        writer.start()
+        wait_text(page, "#av-group", "Filler")  # following the newest group
+        page.get_by_role("button", name="« Oldest").click()
+        wait_text(page, "#av-group", "What is two plus three?")
+        steps = [
+            ("Next ›", "How many apples"),
+            ("Next ›", "Write a short story"),
+            ("Next ›", "Filler 1."),
+            ("‹ Previous", "Write a short story"),
+            ("‹ Previous", "How many apples"),
+            ("Next ›", "Write a short story"),
+        ]
+        for step, (button, needle) in enumerate(steps):
+            page.get_by_role("button", name=button).click()
+            try:
+                wait_text(page, "#av-group", needle, timeout=15_000)
+            except Exception:
+                raise AssertionError((step, button, needle, group_text(page)[:300])) from None
+            time.sleep(0.6)  # several refreshes with new data
+            assert needle in group_text(page), (step, group_text(page)[:200])
+            assert not page.get_by_label("Follow newest").is_checked()
+        page.get_by_label("Follow newest").check()  # following again: the next refresh moves on
+        wait_text(page, "#av-group", "Filler")
+    finally:
+        stop.set()
+        assert viewer.stop() in (0, -15)
