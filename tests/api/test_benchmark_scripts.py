@@ -16,20 +16,28 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_api_throughput_runs_and_reports(tmp_path):
+def throughput_figures(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run ``api_throughput.py`` on this server alone with a small load; its output and JSON figures."""
     out = tmp_path / "figures.json"
     done = run_script(
         "benchmarks/api_throughput.py",
         "--skip-original",
-        "--concurrency", "1,4",
         "--rounds", "1",
+        "--json-out", str(out),
+        *options,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done, json.loads(out.read_text())
+
+
+def test_api_throughput_runs_and_reports(tmp_path):
+    done, figures = throughput_figures(
+        tmp_path,
+        "--concurrency", "1,4",
         "--requests", "40",
         "--batches", "3",
         "--memory-groups", "16",
-        "--json-out", str(out),
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    figures = json.loads(out.read_text())
     assert set(figures["ingest_req_per_s"]) == {"1", "4"}
     assert all(v["this"] > 0 for v in figures["ingest_req_per_s"].values())
     assert figures["batch_ms"]["p50"]["this"] > 0
@@ -37,19 +45,14 @@ def test_api_throughput_runs_and_reports(tmp_path):
 
 
 def test_api_throughput_sends_logprobs_and_distillation_cubes(tmp_path):
-    out = tmp_path / "figures.json"
-    done = run_script(
-        "benchmarks/api_throughput.py",
-        "--skip-original", "--with-logprobs", "--with-distill",
+    _, figures = throughput_figures(
+        tmp_path,
+        "--with-logprobs", "--with-distill",
         "--concurrency", "2",
-        "--rounds", "1",
         "--requests", "20",
         "--batches", "2",
         "--memory-groups", "8",
-        "--json-out", str(out),
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    figures = json.loads(out.read_text())
     assert figures["settings"]["with_logprobs"] and figures["settings"]["with_distill"]
     assert figures["ingest_req_per_s"]["2"]["this"] > 0
 
