@@ -6,6 +6,8 @@ run and with the same client and bodies as ``api_throughput.py``:
 
 - ``http``: the round trip through uvicorn (httptools, as ``run-api`` serves) of an ASGI app that
   reads the body and answers at once: what HTTP, the client and the kernel cost before any work;
+- the same through a bare httptools protocol on uvloop, with no ASGI: what uvicorn's request
+  cycle adds to ``http``, the most a server that bypassed it could save;
 - ``decode``: inflating, checking and encoding for storage one body in this process, as the server does
   it (:func:`atroposlib.api.decode_pool.decode_body`), the work no server may skip (the answer must
   say whether the group was acceptable);
@@ -39,6 +41,10 @@ from atroposlib.api.state import TrajectoryState  # noqa: E402
 from atroposlib.api.store import SqliteStore  # noqa: E402
 
 _ANSWER = b'{"status":"received"}'
+_RAW_ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+    len(_ANSWER),
+    _ANSWER,
+)
 
 
 async def null_app(scope, receive, send) -> None:
@@ -58,6 +64,37 @@ def null_server(workdir: Path) -> bench.Server:
     app_dir = str(Path(__file__).resolve().parent)
     command = bench.uvicorn_command(sys.executable, "ingest_floor:null_app", "--app-dir", app_dir)
     return bench.Server("null ASGI app", command, 0, workdir)
+
+
+class NullProtocol(asyncio.Protocol):
+    """HTTP/1.1 on a bare httptools parser: each request's body is read, then answered at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        import httptools
+
+        self.transport = transport
+        self.parser = httptools.HttpRequestParser(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_message_complete(self) -> None:
+        self.transport.write(_RAW_ANSWER)
+
+
+def serve_null_protocol(port: int) -> None:
+    import uvloop
+
+    async def serve() -> None:
+        server = await asyncio.get_running_loop().create_server(NullProtocol, "127.0.0.1", port)
+        await server.serve_forever()
+
+    uvloop.run(serve())
+
+
+def null_protocol_server(workdir: Path) -> bench.Server:
+    command = [sys.executable, str(Path(__file__).resolve()), "--null-protocol-server", "--port", "0"]
+    return bench.Server("null httptools protocol", command, 0, workdir)
 
 
 def decode_seconds(payloads: list[bytes], repeats: int) -> float:
@@ -106,7 +143,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=3000, help="Requests per measurement.")
     parser.add_argument("--original-venv", type=Path, default=bench.DEFAULT_VENV)
     parser.add_argument("--skip-original", action="store_true", help="Leave atroposlib 0.4.0 out.")
+    parser.add_argument("--null-protocol-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.null_protocol_server:
+        serve_null_protocol(args.port)
+        return
 
     payloads = bench.make_payloads(64, True, False)
     headers = bench.headers_for(True)
@@ -119,31 +161,40 @@ def main(argv: list[str] | None = None) -> None:
         return asyncio.run(bench.ingest_raw(server.url, payloads, args.requests, 1, headers))
 
     rates: dict[str, list[float]] = {}
-    null = null_server(workdir)
-    null.start()
+    nulls = [null_server(workdir), null_protocol_server(workdir)]
     try:
+        for null in nulls:
+            null.start()
         with bench.servers(original_python, workdir) as started:
             for _ in range(3):
-                rates.setdefault(null.name, []).append(rate(null, register=False))
+                for null in nulls:
+                    rates.setdefault(null.name, []).append(rate(null, register=False))
                 for server in started:
                     rates.setdefault(server.name, []).append(rate(server, register=True))
     finally:
-        null.stop()
+        for null in nulls:
+            null.stop()
     decode = decode_seconds(payloads, max(200, args.requests // 5))
     commit = commit_seconds(payloads, max(200, args.requests // 5), workdir / "commit")
 
     median = {name: statistics.median(values) for name, values in rates.items()}
+    null, bare = nulls
     http = 1 / median[null.name]
+    bare_http = 1 / median[bare.name]
     ceiling = 1 / (http + decode)
     durable = 1 / (http + decode + commit)
     print(f"\nIngest at concurrency 1, groups of {bench.GROUP_SIZE} x {bench.SEQ_LEN} tokens, gzipped")
     print(f"  http round trip, null ASGI app:        {http * 1e3:7.3f} ms  ({median[null.name]:.0f} req/s)")
+    print(
+        f"  same, null httptools protocol, no ASGI:{bare_http * 1e3:7.3f} ms  ({median[bare.name]:.0f} req/s)"
+    )
+    print(f"    (uvicorn's ASGI request cycle:       {(http - bare_http) * 1e3:7.3f} ms)")
     print(f"  inflate + check + encode, one body:    {decode * 1e3:7.3f} ms")
     print(f"  queue it durably (SQLite + payload):   {commit * 1e3:7.3f} ms")
     print(f"  ceiling without storage, 1/(http+decode):        {ceiling:7.0f} req/s")
     print(f"  ceiling with the durable commit, 1/(all three):  {durable:7.0f} req/s")
     for name in median:
-        if name != null.name:
+        if name not in (null.name, bare.name):
             print(f"  {name + ':':38} {median[name]:7.0f} req/s  ({1e3 / median[name]:.3f} ms per request)")
     original = next((n for n in median if n.startswith("atroposlib")), None)
     if original:
