@@ -31,6 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import httptools
+import uvloop
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import api_throughput as bench  # noqa: E402
@@ -70,8 +73,6 @@ class NullProtocol(asyncio.Protocol):
     """HTTP/1.1 on a bare httptools parser: each request's body is read, then answered at once."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        import httptools
-
         self.transport = transport
         self.parser = httptools.HttpRequestParser(self)
 
@@ -83,8 +84,6 @@ class NullProtocol(asyncio.Protocol):
 
 
 def serve_null_protocol(port: int) -> None:
-    import uvloop
-
     async def serve() -> None:
         server = await asyncio.get_running_loop().create_server(NullProtocol, "127.0.0.1", port)
         await server.serve_forever()
