@@ -23,6 +23,16 @@ _STRICT = msgspec.json.Decoder(StrictGroup)
 _ENCODER = msgspec.json.Encoder()
 
 
+@pytest.fixture(autouse=True, params=["int_rows", "simdjson"])
+def matrix_scanner(request, monkeypatch) -> str:
+    """Every test runs with the compiled token-matrix scanner and with simdjson alone."""
+    if request.param == "simdjson":
+        monkeypatch.setattr(simd_decode, "int_rows", None)
+    else:
+        assert simd_decode.int_rows is not None, "the _int_rows extension was not built"
+    return request.param
+
+
 def strict_json(raw: bytes) -> bytes | None:
     """The stored JSON the msgspec path gives ``raw``, or None where it rejects it."""
     try:
@@ -93,6 +103,13 @@ TAKEN = {
         distill_logprobs=[[[-0.5, -1.25, -3e-5]] * 4, [[0, -1, -2]] * 4],
     ),
     "empty distillation cubes": body(distill_token_ids=[], distill_logprobs=[[]]),
+    "masks before tokens": b'{"masks":[[1]],"tokens":[[1]],"scores":[1]}',
+    "masks last": b'{"tokens":[[1]],"scores":[1],"masks":[[1]]}',
+    "masks just before the closing brace": b'{"scores":[1],"tokens":[[1]],"masks":[[1]]}',
+    "numbers of every length, with and without spaces": (
+        b'{"tokens":[[0,1,-12,123,-1234,12345,123456,1234567,-12345678,123456789,1234567890],'
+        b' [ 9 , 98 ,\n987 ]], "masks" :[[1,2,3,4,5,6,7,8,9,10,11],[-100, -100,-100]],"scores":[0,0]}'
+    ),
     "escapes other than a bracket": body(messages=[[{"role": "user", "content": 'caf\u00e9\n\t"q"'}]]),
     "every optional field": body(
         advantages=[[0.5, 1], []],
@@ -127,6 +144,15 @@ DECLINED = {
     ),
     "an escaped bracket alone": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"images":"\\u005B"}',
     "a duplicate matrix key": b'{"tokens":[[1]],"tokens":[[2]],"masks":[[1]],"scores":[1]}',
+    "a matrix key repeated after the others": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"masks":[[2]]}',
+    "a token with a leading zero": b'{"tokens":[[01]],"masks":[[1]],"scores":[1]}',
+    "a token with an exponent": b'{"tokens":[[1e2]],"masks":[[1]],"scores":[1]}',
+    "a token of eleven digits": b'{"tokens":[[10000000000]],"masks":[[1]],"scores":[1]}',
+    "a minus sign alone": b'{"tokens":[[-]],"masks":[[1]],"scores":[1]}',
+    "a trailing comma in a row": b'{"tokens":[[1,]],"masks":[[1]],"scores":[1]}',
+    "a trailing comma after the rows": b'{"tokens":[[1],],"masks":[[1]],"scores":[1]}',
+    "form feed between numbers": b'{"tokens":[[1,\f2]],"masks":[[1,2]],"scores":[1]}',
+    "tokens and masks only": b'{"tokens":[[1]],"masks":[[1]]}',
     "a duplicate scalar key": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"env_id":1,"env_id":2}',
     "a token above int32": body(tokens=[[2**31, 1], [3, 4]]),
     "a mask below int32": body(masks=[[-(2**31) - 1, 1], [3, 4]]),
