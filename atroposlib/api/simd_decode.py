@@ -59,6 +59,10 @@ _ENCODER = msgspec.json.Encoder()
 #: it has seen, about 8 MiB for 1 MiB; larger bodies get a parser of their own, freed afterwards.
 REUSE_PARSER_MAX_BYTES = 1024 * 1024
 _local = threading.local()
+#: The members after ``masks`` up to this size are decoded by msgspec in one call; larger ones (float
+#: matrices, distillation cubes) by simdjson, which keeps their numbers out of Python objects.
+SMALL_REST_BYTES = 8 * 1024
+_REST_DECODER = msgspec.json.Decoder(StrictRest)
 _WS = rb"[ \t\r\n]*"
 _LEADING_TOKENS = re.compile(_WS + rb"\{" + _WS + rb'"tokens"' + _WS + b":")
 _MASKS_KEY = re.compile(_WS + b"," + _WS + rb'"masks"' + _WS + b":")
@@ -113,7 +117,15 @@ def _decode_leading_matrices(body: bytes) -> PlainGroup | None:
     if after is None:
         return None
     # The object without its first two members, as its own JSON text.
-    rest = (b"{" if after.group(1) == b"," else b"{}") + body[after.end() :]
+    rest = (b"{" if after.group(1) == b"," else b"{}") + memoryview(body)[after.end() :]
+    tokens_part, masks_part = (INT32_ROWS, *tokens[1:]), (INT32_ROWS, *masks[1:])
+    if (
+        len(rest) <= SMALL_REST_BYTES
+        and b'"tokens"' not in rest
+        and b'"masks"' not in rest
+        and b"\\u" not in rest
+    ):
+        return _small_rest(rest, tokens_part, masks_part)
     doc = _parse(rest)
     if not isinstance(doc, simdjson.Object):
         return None
@@ -121,13 +133,27 @@ def _decode_leading_matrices(body: bytes) -> PlainGroup | None:
         keys = list(doc.keys())
         if "tokens" in keys or "masks" in keys:
             return None  # a duplicate: the exact path's call
-        group, arrays = _rest(doc, keys, (INT32_ROWS, *tokens[1:]), (INT32_ROWS, *masks[1:]))
+        group, arrays = _rest(doc, keys, tokens_part, masks_part)
     except _DECLINED:
         return None
     # The matrices were scanned exactly; the ``[`` count only has the rest to check.
     if rest.count(b"[") != arrays:
         return None
     return group
+
+
+def _small_rest(rest: bytes, tokens: Matrix, masks: Matrix) -> PlainGroup | None:
+    """The group whose members after ``tokens`` and ``masks`` are the small object ``rest``,
+    decoded by msgspec into :class:`StrictRest` as the exact path decodes them (a duplicate key
+    counts as it does there: the last one)."""
+    try:
+        typed = _REST_DECODER.decode(rest)
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return None
+    if not messages_complete(typed.messages):
+        return None
+    data = pack([b'{"tokens":', tokens, b',"masks":', masks, b"," + _ENCODER.encode(typed)[1:]])
+    return PlainGroup(tokens[1], masks[1], typed.scores, typed.env_id, data)
 
 
 def decode_many(body: bytes) -> list[PlainGroup] | None:

@@ -23,13 +23,16 @@ _STRICT = msgspec.json.Decoder(StrictGroup)
 _ENCODER = msgspec.json.Encoder()
 
 
-@pytest.fixture(autouse=True, params=["int_rows", "simdjson"])
+@pytest.fixture(autouse=True, params=["int_rows", "int_rows, simdjson rest", "simdjson"])
 def matrix_scanner(request, monkeypatch) -> str:
-    """Every test runs with the compiled token-matrix scanner and with simdjson alone."""
+    """Every test runs on each decoding path: the compiled token-matrix scanner with the rest of the
+    group decoded by msgspec (small rests) or simdjson (large ones), and simdjson alone."""
     if request.param == "simdjson":
         monkeypatch.setattr(simd_decode, "int_rows", None)
     else:
         assert simd_decode.int_rows is not None, "the _int_rows extension was not built"
+    if request.param == "int_rows, simdjson rest":
+        monkeypatch.setattr(simd_decode, "SMALL_REST_BYTES", 0)
     return request.param
 
 
@@ -145,6 +148,7 @@ DECLINED = {
     "an escaped bracket alone": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"images":"\\u005B"}',
     "a duplicate matrix key": b'{"tokens":[[1]],"tokens":[[2]],"masks":[[1]],"scores":[1]}',
     "a matrix key repeated after the others": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"masks":[[2]]}',
+    "a matrix key repeated, escaped": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"tok\\u0065ns":[[2]]}',
     "a token with a leading zero": b'{"tokens":[[01]],"masks":[[1]],"scores":[1]}',
     "a token with an exponent": b'{"tokens":[[1e2]],"masks":[[1]],"scores":[1]}',
     "a token of eleven digits": b'{"tokens":[[10000000000]],"masks":[[1]],"scores":[1]}',
@@ -153,7 +157,6 @@ DECLINED = {
     "a trailing comma after the rows": b'{"tokens":[[1],],"masks":[[1]],"scores":[1]}',
     "form feed between numbers": b'{"tokens":[[1,\f2]],"masks":[[1,2]],"scores":[1]}',
     "tokens and masks only": b'{"tokens":[[1]],"masks":[[1]]}',
-    "a duplicate scalar key": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"env_id":1,"env_id":2}',
     "a token above int32": body(tokens=[[2**31, 1], [3, 4]]),
     "a mask below int32": body(masks=[[-(2**31) - 1, 1], [3, 4]]),
     "a token beyond 64 bits": body(tokens=[[2**70, 1], [3, 4]]),
@@ -174,9 +177,6 @@ DECLINED = {
     "a one-item array inside a logprob row": body(inference_logprobs=[[-1.0, [-2.0]]]),
     "a logprob row that is a number": body(inference_logprobs=[-1.0, -2.0]),
     "logprobs as an object": body(inference_logprobs={"0": [-1.0]}),
-    "a float beyond 64-bit integers": body(advantages=[[1]]).replace(
-        b"[[1]]", b"[[123456789012345678901234567890]]"
-    ),
     "a float out of range": body(advantages=[[1]]).replace(b"[[1]]", b"[[1e400]]"),
     "a token id above int32 in a cube": body(distill_token_ids=[[[1, 2**31]], []]),
     "an integral float token id in a cube": body(distill_token_ids=[[[1.0]]]),
@@ -196,6 +196,26 @@ DECLINED = {
     "truncated": body()[:-1],
     "NaN": body().replace(b"1.5", b"NaN"),
 }
+
+
+#: Bodies some paths take and others leave to the exact paths; the group is the exact paths' either way.
+EITHER = {
+    "a float beyond 64-bit integers": body(advantages=[[1]]).replace(
+        b"[[1]]", b"[[123456789012345678901234567890]]"
+    ),
+    "a duplicate scalar key": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"env_id":1,"env_id":2}',
+    "a duplicate list key": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"scores":[2.5]}',
+    "a duplicate key after escapes": b'{"tokens":[[1]],"masks":[[1]],"scores":[1],"sc\\u006fres":[2]}',
+}
+
+
+@pytest.mark.parametrize("raw", EITHER.values(), ids=EITHER.keys())
+def test_every_path_gives_the_exact_paths_group(raw):
+    """E.g. a repeated key counts as the last one, on every path."""
+    want = _from_model(ScoredData.model_validate_json(raw))
+    got = decode_group(raw)
+    assert group_json(got.data) == group_json(want.data)
+    assert (got.scores, got.env_id) == (want.scores, want.env_id)
 
 
 @pytest.mark.parametrize("raw", DECLINED.values(), ids=DECLINED.keys())
