@@ -209,3 +209,30 @@ def test_the_usual_body_takes_the_scanner_path():
     group = simd_decode._decode_leading_matrices(raw)
     assert group is not None and group == simd_decode.decode_one(raw)
     assert group.token_lengths == [512] * 8
+
+
+def test_lists_decode_the_same_with_the_scanner_and_with_simdjson_alone():
+    rng = random.Random(10)
+    taken = 0
+    for _ in range(200):
+        groups = [random_group(rng) for _ in range(rng.randint(1, 4))]
+        raw = json.dumps(groups, indent=rng.choice([None, 1])).encode()
+        whole = simd_decode._decode(raw, many=True)
+        leading = simd_decode._decode_leading_list(raw)
+        if leading is not None and whole is not None:
+            taken += 1
+            assert [g[:4] for g in leading] == [g[:4] for g in whole], raw
+            assert [group_json(g.data) for g in leading] == [group_json(g.data) for g in whole], raw
+    assert taken > 30
+
+
+def test_the_usual_list_takes_the_scanner_path():
+    rng = random.Random(1)
+    groups = []
+    for _ in range(4):
+        tokens = [[rng.randrange(150_000) for _ in range(512)] for _ in range(8)]
+        groups.append({"tokens": tokens, "masks": tokens, "scores": [1.0] * 8, "env_id": 0})
+    raw = json.dumps(groups).encode()
+    decoded = simd_decode._decode_leading_list(raw)
+    assert decoded is not None and decoded == simd_decode.decode_many(raw)
+    assert [g[:4] for g in decoded] == [g[:4] for g in simd_decode._decode(raw, many=True)]

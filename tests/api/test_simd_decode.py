@@ -314,6 +314,44 @@ def test_lists_are_taken_whole_or_not_at_all():
     assert [group_json(g.data) for g in decode_group_list(raw)] == [group_json(g.data) for g in plain]
 
 
+LISTS = {
+    "a nested object whose first key is tokens": json.dumps(
+        [json.loads(body()), json.loads(body(generation_params={"tokens": 5}))]
+    ).encode(),
+    "a group with masks first": b'[{"tokens":[[1]],"masks":[[1]],"scores":[1]},{"masks":[[2]],"tokens":[[2]],"scores":[2]}]',
+    "a string value tokens": json.dumps(
+        [json.loads(body(messages=[[{"role": "tokens", "content": "x"}]]))]
+    ).encode(),
+    "a group text inside a string": json.dumps(
+        [json.loads(body(messages=[[{"role": "user", "content": json.dumps(json.loads(body()))}]]))]
+    ).encode(),
+    "a repeated tokens key": b'[{"tokens":[[1]],"masks":[[1]],"scores":[1],"tokens":[[2]]}]',
+    "a repeated tokens key, escaped": b'[{"tokens":[[1]],"masks":[[1]],"scores":[1],"tok\\u0065ns":[]}]',
+    "a repeated scores key": b'[{"tokens":[[1]],"masks":[[1]],"scores":[1],"scores":[2]}]',
+    "a float token in the second group": b'[{"tokens":[[1]],"masks":[[1]],"scores":[1]},{"tokens":[[1.5]],"masks":[[1]],"scores":[1]}]',
+    "an object, not a list": body(),
+    "trailing garbage": b'[{"tokens":[[1]],"masks":[[1]],"scores":[1]}] x',
+    "empty": b"[]",
+}
+
+
+@pytest.mark.parametrize("raw", LISTS.values(), ids=LISTS.keys())
+def test_lists_give_the_exact_paths_groups(raw):
+    """Whichever path takes a list (or none does), its groups are the exact paths' groups."""
+    try:
+        want = [_from_model(ScoredData.model_validate(g)) for g in json.loads(raw)]
+        assert isinstance(json.loads(raw), list)
+    except Exception:
+        with pytest.raises(InvalidRequest):
+            decode_group_list(raw)
+        return
+    got = decode_group_list(raw)
+    assert [group_json(g.data) for g in got] == [group_json(g.data) for g in want]
+    assert [(g.scores, g.env_id, g.token_lengths) for g in got] == [
+        (g.scores, g.env_id, g.token_lengths) for g in want
+    ]
+
+
 def test_a_declined_body_does_not_disturb_the_next_one():
     for raw in DECLINED.values():
         assert simd_decode.decode_one(raw) is None
