@@ -9,6 +9,13 @@
  * malformed or truncated JSON) returns None: the caller then decodes the body another way,
  * which decides whether and why it is invalid. Never raises for bad input.
  *
+ * int_rows_pair(data, pos_a, pos_b) -> (end_a, lengths_a, values_a, end_b, lengths_b, values_b) | None
+ *
+ * Both matrices at once (a group's tokens and masks), None unless both are plain. Reading a
+ * number waits on finding where the one before it ended; alternating between two independent
+ * matrices gives the CPU a second chain of work to overlap with the first (about a quarter
+ * less time than two int_rows calls).
+ *
  * This is the part of an ingest request that dominates its cost: 8 sequences of 512 tokens are
  * 8192 numbers, and a general JSON parser spends most of its time building them into a document
  * that is then copied out again. Here each number is read once, straight into its int32 slot.
@@ -80,107 +87,176 @@ static inline int read_int32(const unsigned char **pp, const unsigned char *end,
     return 1;
 }
 
-static PyObject *int_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "int_rows(data, pos) takes 2 arguments");
+static int append_length(PyObject *lengths, Py_ssize_t length) {
+    PyObject *item = PyLong_FromSsize_t(length);
+    if (item == NULL) return -1;
+    int appended = PyList_Append(lengths, item);
+    Py_DECREF(item);
+    return appended;
+}
+
+/* Where a matrix's scan is: at its outer '[', at a row's '[', inside a row (at a number), after a
+ * row, or past the closing ']'. */
+enum { OUTER_OPEN, ROW_OPEN, IN_ROW, AFTER_ROW, CLOSED };
+
+/* What a step says: go on, the matrix is closed, decline, or a Python error is set. */
+enum { GO_ON, DONE, DECLINE, ERROR };
+
+typedef struct {
+    const unsigned char *p;
+    int32_t *out; /* the values, in the bytes object below */
+    Py_ssize_t n, row_start;
+    int state;
+    PyObject *lengths, *values;
+} Matrix;
+
+/* The brackets and commas around and between rows. */
+static int structure_step(Matrix *m, const unsigned char *end) {
+    const unsigned char *p = skip_whitespace(m->p, end);
+    if (p >= end) return DECLINE;
+    switch (m->state) {
+    case OUTER_OPEN:
+    case ROW_OPEN:
+        if (*p != '[') return DECLINE;
+        p = skip_whitespace(p + 1, end);
+        if (m->state == OUTER_OPEN) {
+            m->state = p < end && *p == ']' ? CLOSED : ROW_OPEN;
+            m->p = m->state == CLOSED ? p + 1 : p;
+            return m->state == CLOSED ? DONE : GO_ON;
+        }
+        m->row_start = m->n;
+        if (p < end && *p == ']') { /* an empty row */
+            if (append_length(m->lengths, 0) < 0) return ERROR;
+            m->p = p + 1;
+            m->state = AFTER_ROW;
+            return GO_ON;
+        }
+        m->p = p;
+        m->state = IN_ROW;
+        return GO_ON;
+    case AFTER_ROW:
+        if (*p != ',' && *p != ']') return DECLINE;
+        m->p = p + 1;
+        m->state = *p == ',' ? ROW_OPEN : CLOSED;
+        return m->state == CLOSED ? DONE : GO_ON;
+    default:
+        return m->state == CLOSED ? DONE : DECLINE;
+    }
+}
+
+/* One step: a number and the separator after it, or a piece of the structure. */
+static inline int step(Matrix *m, const unsigned char *end) {
+    if (m->state != IN_ROW) return structure_step(m, end);
+    const unsigned char *p = m->p;
+    if (!read_int32(&p, end, &m->out[m->n])) return DECLINE;
+    m->n++;
+    if (end - p >= 3 && p[0] == ',' && p[1] == ' ' && p[2] > ' ') { /* json.dumps' separator */
+        m->p = p + 2;
+        return GO_ON;
+    }
+    p = skip_whitespace(p, end);
+    if (p >= end) return DECLINE;
+    if (*p == ',') {
+        m->p = skip_whitespace(p + 1, end);
+        return GO_ON;
+    }
+    if (*p != ']') return DECLINE;
+    if (append_length(m->lengths, m->n - m->row_start) < 0) return ERROR;
+    m->p = p + 1;
+    m->state = AFTER_ROW;
+    return GO_ON;
+}
+
+/* A matrix ready to be scanned from data[pos]; GO_ON, DECLINE, or ERROR. */
+static int matrix_open(Matrix *m, const unsigned char *start, const unsigned char *end, Py_ssize_t pos) {
+    m->lengths = m->values = NULL;
+    if (pos < 0 || pos > end - start) return DECLINE;
+    m->p = skip_whitespace(start + pos, end);
+    m->n = m->row_start = 0;
+    m->state = OUTER_OPEN;
+    /* every number takes at least two bytes with its separator: room for all of them */
+    m->values = PyBytes_FromStringAndSize(NULL, ((end - m->p) / 2 + 1) * (Py_ssize_t)sizeof(int32_t));
+    m->lengths = PyList_New(0);
+    if (m->values == NULL || m->lengths == NULL) return ERROR;
+    m->out = (int32_t *)PyBytes_AS_STRING(m->values);
+    return GO_ON;
+}
+
+/* (end, lengths, values) of a closed matrix, consuming its references; NULL on error. */
+static PyObject *matrix_result(Matrix *m, const unsigned char *start) {
+    if (PY_BIG_ENDIAN) {
+        for (Py_ssize_t i = 0; i < m->n; i++) m->out[i] = (int32_t)__builtin_bswap32((uint32_t)m->out[i]);
+    }
+    if (_PyBytes_Resize(&m->values, m->n * (Py_ssize_t)sizeof(int32_t)) < 0) {
+        m->values = NULL; /* freed by _PyBytes_Resize */
         return NULL;
     }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    if (pos == -1 && PyErr_Occurred()) return NULL;
+    PyObject *result = Py_BuildValue("nNN", (Py_ssize_t)(m->p - start), m->lengths, m->values);
+    m->lengths = m->values = NULL;
+    return result;
+}
+
+/* Scans `count` matrices (1 or 2) of one buffer, a step of each in turn. */
+static PyObject *scan(PyObject *const *args, Py_ssize_t nargs, int count) {
+    if (nargs != 1 + count) {
+        PyErr_Format(PyExc_TypeError, "expected %d arguments", 1 + count);
+        return NULL;
+    }
+    Py_ssize_t pos[2];
+    for (int i = 0; i < count; i++) {
+        pos[i] = PyLong_AsSsize_t(args[1 + i]);
+        if (pos[i] == -1 && PyErr_Occurred()) return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-
-    PyObject *lengths = NULL, *values = NULL, *result = NULL;
-    const unsigned char *start = (const unsigned char *)view.buf;
-    const unsigned char *end = start + view.len;
-    if (pos < 0 || pos > view.len) goto decline;
-    const unsigned char *p = skip_whitespace(start + pos, end);
-    if (p >= end || *p != '[') goto decline;
-    p++;
-    /* every number takes at least two bytes with its separator: room for all of them */
-    values = PyBytes_FromStringAndSize(NULL, ((end - p) / 2 + 1) * (Py_ssize_t)sizeof(int32_t));
-    lengths = PyList_New(0);
-    if (values == NULL || lengths == NULL) goto error;
-    int32_t *out = (int32_t *)PyBytes_AS_STRING(values);
-    Py_ssize_t n = 0;
-
-    p = skip_whitespace(p, end);
-    if (p < end && *p == ']') {
-        p++;
-        goto done;
+    const unsigned char *start = (const unsigned char *)view.buf, *end = start + view.len;
+    Matrix m[2] = {{0}, {0}};
+    int status[2] = {GO_ON, DONE};
+    for (int i = 0; i < count; i++) status[i] = matrix_open(&m[i], start, end, pos[i]);
+    while (status[0] == GO_ON && status[1] == GO_ON) {
+        status[0] = step(&m[0], end);
+        status[1] = step(&m[1], end);
     }
-    for (;;) { /* one row per turn */
-        p = skip_whitespace(p, end);
-        if (p >= end || *p != '[') goto decline;
-        p = skip_whitespace(p + 1, end);
-        Py_ssize_t row_start = n;
-        if (p < end && *p == ']') {
-            p++;
-        } else {
-            for (;;) { /* one number per turn */
-                if (!read_int32(&p, end, &out[n])) goto decline;
-                n++;
-                if (end - p >= 3 && p[0] == ',' && p[1] == ' ' && p[2] > ' ') { /* json.dumps' separator */
-                    p += 2;
-                    continue;
-                }
-                p = skip_whitespace(p, end);
-                if (p >= end) goto decline;
-                if (*p == ',') {
-                    p = skip_whitespace(p + 1, end);
-                    continue;
-                }
-                if (*p == ']') {
-                    p++;
-                    break;
-                }
-                goto decline;
-            }
-        }
-        PyObject *length = PyLong_FromSsize_t(n - row_start);
-        if (length == NULL) goto error;
-        int appended = PyList_Append(lengths, length);
-        Py_DECREF(length);
-        if (appended < 0) goto error;
-        p = skip_whitespace(p, end);
-        if (p >= end) goto decline;
-        if (*p == ',') {
-            p++;
-            continue;
-        }
-        if (*p == ']') {
-            p++;
-            break;
-        }
-        goto decline;
+    for (int i = 0; i < count; i++) {
+        while (status[i] == GO_ON) status[i] = step(&m[i], end);
     }
-done:
-    if (PY_BIG_ENDIAN) {
-        for (Py_ssize_t i = 0; i < n; i++) out[i] = (int32_t)__builtin_bswap32((uint32_t)out[i]);
+    PyObject *result = NULL;
+    if (status[0] == ERROR || status[1] == ERROR) {
+        result = NULL;
+    } else if (status[0] == DECLINE || status[1] == DECLINE) {
+        result = Py_NewRef(Py_None);
+    } else if (count == 1) {
+        result = matrix_result(&m[0], start);
+    } else {
+        PyObject *a = matrix_result(&m[0], start);
+        PyObject *b = a ? matrix_result(&m[1], start) : NULL;
+        result = b ? PySequence_Concat(a, b) : NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
     }
-    if (_PyBytes_Resize(&values, n * (Py_ssize_t)sizeof(int32_t)) < 0) {
-        values = NULL; /* freed by _PyBytes_Resize */
-        goto error;
+    for (int i = 0; i < 2; i++) {
+        Py_XDECREF(m[i].lengths);
+        Py_XDECREF(m[i].values);
     }
-    result = Py_BuildValue("nNN", (Py_ssize_t)(p - start), lengths, values);
     PyBuffer_Release(&view);
     return result;
-decline:
-    Py_XDECREF(lengths);
-    Py_XDECREF(values);
-    PyBuffer_Release(&view);
-    Py_RETURN_NONE;
-error:
-    Py_XDECREF(lengths);
-    Py_XDECREF(values);
-    PyBuffer_Release(&view);
-    return NULL;
+}
+
+static PyObject *int_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    return scan(args, nargs, 1);
+}
+
+static PyObject *int_rows_pair(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    return scan(args, nargs, 2);
 }
 
 static PyMethodDef methods[] = {
     {"int_rows", (PyCFunction)(void (*)(void))int_rows, METH_FASTCALL,
      "int_rows(data, pos) -> (end, row_lengths, int32_le_values) | None\n\n"
      "The JSON array of int32 arrays at data[pos:], or None for anything else."},
+    {"int_rows_pair", (PyCFunction)(void (*)(void))int_rows_pair, METH_FASTCALL,
+     "int_rows_pair(data, pos_a, pos_b) -> int_rows(data, pos_a) + int_rows(data, pos_b) | None\n\n"
+     "Both matrices, scanned together; None unless both are plain."},
     {NULL, NULL, 0, NULL},
 };
 

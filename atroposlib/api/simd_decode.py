@@ -10,7 +10,7 @@ their int32 range at once), the float matrices (``advantages``, ``ref_logprobs``
 (:mod:`atroposlib.api.stored_group`): the numbers are formatted only when a batch is served.
 
 Most groups start with ``tokens`` and ``masks`` (``json.dumps`` of a scored group writes them
-first). For those, a compiled scanner (``_int_rows.c``, :func:`int_rows`) reads both matrices
+first). For those, a compiled scanner (``_int_rows.c``, :func:`int_rows_pair`) reads both matrices
 straight into int32 buffers, and only the rest is parsed: by msgspec when it is small, by simdjson
 when it holds float matrices. That takes about half the time of parsing the whole body, for one
 group and for lists. Where the extension was not built, simdjson parses everything.
@@ -38,9 +38,9 @@ import numpy as np
 import simdjson
 
 try:  # the compiled scanner (setup.py); without it, the token matrices are parsed by simdjson
-    from atroposlib.api._int_rows import int_rows
+    from atroposlib.api._int_rows import int_rows, int_rows_pair
 except ImportError:  # pragma: no cover - built by every install that has a C compiler
-    int_rows = None
+    int_rows = int_rows_pair = None
 
 from atroposlib.api.stored_group import FLOAT64_ROWS, INT32_ROWS, Matrix, Part, pack
 from atroposlib.api.strict_schema import INT32_MAX, INT32_MIN, StrictGroup, StrictRest, messages_complete
@@ -71,6 +71,7 @@ _WS = rb"[ \t\r\n]*"
 _LEADING_TOKENS = re.compile(_WS + rb"\{" + _WS + rb'"tokens"' + _WS + b":")
 _GROUP_OPEN = re.compile(rb"\{" + _WS + rb'"tokens"' + _WS + b":")
 _MASKS_KEY = re.compile(_WS + b"," + _WS + rb'"masks"' + _WS + b":")
+_MASKS_VALUE = re.compile(rb'"masks"' + _WS + b":")
 _AFTER_MASKS = re.compile(_WS + rb"([,}])")
 
 
@@ -104,7 +105,7 @@ def decode_one(body: bytes) -> PlainGroup | None:
 
 def _decode_leading_matrices(body: bytes) -> PlainGroup | None:
     """A group object that starts with ``tokens`` and then ``masks`` (as ``json.dumps`` writes a
-    scored group): both scanned by the compiled :func:`int_rows`, the rest of the object decoded by
+    scored group): both scanned by the compiled :func:`int_rows_pair`, the rest of the object decoded by
     msgspec when small, by simdjson otherwise. ``None`` for any other layout and anything not plain."""
     head = _LEADING_TOKENS.match(body)
     if head is None:
@@ -144,21 +145,30 @@ def _decode_leading_matrices(body: bytes) -> PlainGroup | None:
 def _scan_matrices(body: bytes, pos: int) -> tuple[Matrix, Matrix, int, int, int] | None:
     """The ``tokens`` matrix at ``pos`` (just past its key) and the ``masks`` member right after it:
     both matrices, where tokens end, where the masks matrix starts and where it ends."""
-    tokens = int_rows(body, pos)
-    if tokens is None:
+    # A plain matrix holds no '"', so the first "masks" after it is its key if anything is. The
+    # two are scanned together, then the guess is checked against where tokens really ended.
+    guess = _MASKS_VALUE.search(body, pos)
+    if guess is None:
         return None
-    key = _MASKS_KEY.match(body, tokens[0])
-    if key is None:
+    both = int_rows_pair(body, pos, guess.end())
+    if both is None:
         return None
-    masks = int_rows(body, key.end())
-    if masks is None:
+    tokens_end, token_lengths, token_values, masks_end, mask_lengths, mask_values = both
+    key = _MASKS_KEY.match(body, tokens_end)
+    if key is None or key.end() != guess.end():
         return None
-    return (INT32_ROWS, *tokens[1:]), (INT32_ROWS, *masks[1:]), tokens[0], key.end(), masks[0]
+    return (
+        (INT32_ROWS, token_lengths, token_values),
+        (INT32_ROWS, mask_lengths, mask_values),
+        tokens_end,
+        key.end(),
+        masks_end,
+    )
 
 
 def _decode_leading_list(body: bytes) -> list[PlainGroup] | None:
     """A list of groups that each start with ``tokens`` and then ``masks``: the matrices scanned by
-    :func:`int_rows`, and the list with each matrix replaced by ``[]`` (its skeleton) decoded by
+    :func:`int_rows_pair`, and the list with each matrix replaced by ``[]`` (its skeleton) decoded by
     msgspec. ``None`` unless every group has that layout and the skeleton is small and plain.
 
     In valid JSON, ``{"tokens":`` cannot start inside a string (its ``"`` would end the string, and

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from atroposlib.api import simd_decode
-from atroposlib.api._int_rows import int_rows
+from atroposlib.api._int_rows import int_rows, int_rows_pair
 from atroposlib.api.stored_group import group_json
 from tests.api.helpers import random_group
 
@@ -167,6 +167,31 @@ def test_any_buffer_is_read_and_out_of_range_positions_are_declined():
         int_rows("[[1]]", 0)
     with pytest.raises(TypeError):
         int_rows(text)
+
+
+def test_a_pair_is_scanned_as_two_matrices_are():
+    rng = random.Random(12)
+    for _ in range(3000):
+        texts = []
+        for _ in range(2):
+            _, text = random_matrix_text(rng)
+            if rng.random() < 0.2:  # now and then one of them is not plain
+                text = text.replace(b"]", b"", 1) if rng.random() < 0.5 else text.replace(b"1", b"1.5", 1)
+            texts.append(text)
+        data = texts[0] + b', "masks": ' + texts[1] + b"}"
+        second = len(texts[0]) + len(b', "masks": ')
+        one, two = int_rows(data, 0), int_rows(data, second)
+        want = None if one is None or two is None else one + two
+        assert int_rows_pair(data, 0, second) == want, data
+        assert int_rows_pair(data, second, 0) == (None if want is None else two + one), data
+
+
+def test_a_pair_takes_three_arguments_and_declines_positions_out_of_range():
+    assert int_rows_pair(b"[[1]] [[2]]", 0, 6) == (5, [1], b"\x01\0\0\0", 11, [1], b"\x02\0\0\0")
+    assert int_rows_pair(b"[[1]]", 0, 6) is None
+    assert int_rows_pair(b"[[1]]", -1, 0) is None
+    with pytest.raises(TypeError):
+        int_rows_pair(b"[[1]]", 0)
 
 
 def test_a_large_matrix():
