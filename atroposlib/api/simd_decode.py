@@ -38,9 +38,9 @@ import numpy as np
 import simdjson
 
 try:  # the compiled scanner (setup.py); without it, the token matrices are parsed by simdjson
-    from atroposlib.api._int_rows import int_rows, int_rows_pair
+    from atroposlib.api._int_rows import int_rows_pair
 except ImportError:  # pragma: no cover - built by every install that has a C compiler
-    int_rows = int_rows_pair = None
+    int_rows_pair = None
 
 from atroposlib.api.stored_group import FLOAT64_ROWS, INT32_ROWS, Matrix, Part, pack
 from atroposlib.api.strict_schema import INT32_MAX, INT32_MIN, StrictGroup, StrictRest, messages_complete
@@ -95,7 +95,7 @@ _DECLINED = (_NotPlain, TypeError, ValueError, RuntimeError, KeyError, Recursion
 
 def decode_one(body: bytes) -> PlainGroup | None:
     """The group of a ``POST /scored_data`` body, or ``None`` to leave it to the exact path."""
-    if int_rows is not None:
+    if int_rows_pair is not None:
         group = _decode_leading_matrices(body)
         if group is not None:
             return group
@@ -119,12 +119,7 @@ def _decode_leading_matrices(body: bytes) -> PlainGroup | None:
         return None
     # The object without its first two members, as its own JSON text.
     rest = (b"{" if after.group(1) == b"," else b"{}") + memoryview(body)[after.end() :]
-    if (
-        len(rest) <= SMALL_REST_BYTES
-        and b'"tokens"' not in rest
-        and b'"masks"' not in rest
-        and b"\\u" not in rest
-    ):
+    if _msgspec_may_decode(rest, groups=1, matrix_keys=0):
         return _small_rest(rest, tokens, masks)
     doc = _parse(rest)
     if not isinstance(doc, simdjson.Object):
@@ -194,12 +189,7 @@ def _decode_leading_list(body: bytes) -> list[PlainGroup] | None:
     pieces.append(view[copied:])
     skeleton = b"".join(pieces)
     count = len(matrices)
-    if (
-        len(skeleton) > SMALL_REST_BYTES * count
-        or b"\\u" in skeleton
-        or skeleton.count(b'"tokens"') != count
-        or skeleton.count(b'"masks"') != count
-    ):
+    if not _msgspec_may_decode(skeleton, groups=count, matrix_keys=count):
         return None
     try:
         typed = _SKELETON_DECODER.decode(skeleton)
@@ -211,9 +201,7 @@ def _decode_leading_list(body: bytes) -> list[PlainGroup] | None:
     for group, (tokens, masks) in zip(typed, matrices, strict=True):
         if group.tokens or group.masks or not messages_complete(group.messages):
             return None
-        rest = _ENCODER.encode(group)[len(_EMPTY_MATRICES) :]
-        data = pack([b'{"tokens":', tokens, b',"masks":', masks, rest])
-        groups.append(PlainGroup(tokens[1], masks[1], group.scores, group.env_id, data))
+        groups.append(_plain_group(tokens, masks, [_ENCODER.encode(group)[len(_EMPTY_MATRICES) :]], group))
     return groups
 
 
@@ -227,13 +215,30 @@ def _small_rest(rest: bytes, tokens: Matrix, masks: Matrix) -> PlainGroup | None
         return None
     if not messages_complete(typed.messages):
         return None
-    data = pack([b'{"tokens":', tokens, b',"masks":', masks, b"," + _ENCODER.encode(typed)[1:]])
+    return _plain_group(tokens, masks, [b"," + _ENCODER.encode(typed)[1:]], typed)
+
+
+def _msgspec_may_decode(text: bytes, *, groups: int, matrix_keys: int) -> bool:
+    """Whether msgspec decodes ``text`` (the members after the matrices of ``groups`` groups) as the
+    exact path would: small, no escape that could spell a key, and ``"tokens"`` / ``"masks"`` exactly
+    ``matrix_keys`` times each (so no group repeats a matrix key, which the exact path decides)."""
+    return (
+        len(text) <= SMALL_REST_BYTES * groups
+        and b"\\u" not in text
+        and text.count(b'"tokens"') == matrix_keys
+        and text.count(b'"masks"') == matrix_keys
+    )
+
+
+def _plain_group(tokens: Matrix, masks: Matrix, rest: list[Part], typed: Any) -> PlainGroup:
+    """The group of the two matrices followed by ``rest`` (the JSON after them, in parts)."""
+    data = pack([b'{"tokens":', tokens, b',"masks":', masks, *rest])
     return PlainGroup(tokens[1], masks[1], typed.scores, typed.env_id, data)
 
 
 def decode_many(body: bytes) -> list[PlainGroup] | None:
     """The groups of a ``POST /scored_data_list`` body, or ``None`` to leave it to the exact path."""
-    if int_rows is not None:
+    if int_rows_pair is not None:
         groups = _decode_leading_list(body)
         if groups is not None:
             return groups
@@ -325,12 +330,8 @@ def _rest(obj: Any, keys: list[str], tokens: Matrix, masks: Matrix) -> tuple[Pla
     if not messages_complete(typed.messages):
         raise _NotPlain
     arrays += _rest_arrays(rest)
-    parts: list[Part] = [b'{"tokens":', tokens, b',"masks":', masks]
-    if kept:
-        parts.extend(_rest_parts(typed, kept))
-    else:
-        parts.append(b"," + _ENCODER.encode(typed)[1:])
-    return PlainGroup(tokens[1], masks[1], typed.scores, typed.env_id, pack(parts)), arrays
+    parts = _rest_parts(typed, kept) if kept else [b"," + _ENCODER.encode(typed)[1:]]
+    return _plain_group(tokens, masks, parts, typed), arrays
 
 
 def _int_matrix(value: Any) -> Matrix:

@@ -28,9 +28,9 @@ def matrix_scanner(request, monkeypatch) -> str:
     """Every test runs on each decoding path: the compiled token-matrix scanner with the rest of the
     group decoded by msgspec (small rests) or simdjson (large ones), and simdjson alone."""
     if request.param == "simdjson":
-        monkeypatch.setattr(simd_decode, "int_rows", None)
+        monkeypatch.setattr(simd_decode, "int_rows_pair", None)
     else:
-        assert simd_decode.int_rows is not None, "the _int_rows extension was not built"
+        assert simd_decode.int_rows_pair is not None, "the _int_rows extension was not built"
     if request.param == "int_rows, simdjson rest":
         monkeypatch.setattr(simd_decode, "SMALL_REST_BYTES", 0)
     return request.param
