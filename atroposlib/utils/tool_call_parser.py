@@ -12,6 +12,10 @@ logger = logging.getLogger(__name__)
 ERROR_TOOL_NAME = "-ERROR-"
 
 
+def _block_pattern(tag: str) -> re.Pattern:
+    return re.compile(f"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.DOTALL)
+
+
 def extract_tool_call(text: str, preferred_tags: list[str] | None = None) -> str | None:
     """Content of the first ``<tag>...</tag>`` block (stripped), trying each tag in order.
 
@@ -20,10 +24,24 @@ def extract_tool_call(text: str, preferred_tags: list[str] | None = None) -> str
     if not isinstance(text, str):
         return None
     for tag in preferred_tags or ["tool_call"]:
-        match = re.search(f"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text, re.DOTALL)
+        match = _block_pattern(tag).search(text)
         if match:
             return match.group(1).strip()
     return None
+
+
+def extract_tool_call_blocks(text: str, tag: str = "tool_call") -> list[str] | None:
+    """Contents (stripped) of every ``<tag>...</tag>`` block of ``text``, in order.
+
+    Returns an empty list when there is no block, and None when the tags do not pair up: an opening
+    tag that never closes, a closing tag without an opening one, or a block nested in another.
+    """
+    pattern = _block_pattern(tag)
+    blocks = [match.strip() for match in pattern.findall(text)]
+    rest = pattern.sub("", text)
+    if f"<{tag}>" in rest or f"</{tag}>" in rest or any(f"<{tag}>" in block for block in blocks):
+        return None
+    return blocks
 
 
 def _load_call(content: str) -> Any:
