@@ -1,0 +1,211 @@
+"""Single-turn environments scored by a function of the reply.
+
+:class:`SingleTurnEnv` is a :class:`~atroposlib.envs.base.BaseEnv` for the common case of one prompt per item,
+``group_size`` sampled replies and a float reward per reply computed from the reply text. A subclass supplies
+the task:
+
+* :meth:`SingleTurnEnv.prompt_messages` - the chat prompt of an item;
+* :meth:`SingleTurnEnv.score_reply` (or :meth:`SingleTurnEnv.score_replies` for batch scoring) - the rewards;
+* :meth:`SingleTurnEnv.eval_items` - the evaluation set;
+* ``setup`` and ``get_next_item`` as for any environment.
+
+The base class samples the group through ``self.server.managed_server(tokenizer=self.tokenizer)`` so tokens,
+masks (``-100`` on the prompt) and inference logprobs come from the inference server, builds the
+:class:`~atroposlib.envs.groups.ScoredDataGroup` (with the chat messages), and returns ``None`` for a group
+whose scores are all equal (it carries no learning signal for group-relative advantages). ``evaluate`` answers
+every evaluation item once, prints one summary line, logs ``eval/percent_correct`` (the share of replies
+scoring at least :attr:`SingleTurnEnv.correct_threshold`) and ``eval/mean_score`` to wandb, and writes
+``metrics.json`` / ``samples.jsonl`` under ``data_dir_to_save_evals`` when that is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from pydantic import Field
+
+from atroposlib.envs.base import BaseEnv, BaseEnvConfig
+from atroposlib.envs.groups import ScoredDataGroup
+
+logger = logging.getLogger(__name__)
+
+
+class SingleTurnEnvConfig(BaseEnvConfig):
+    """BaseEnvConfig plus the sampling settings of a single-turn environment."""
+
+    temperature: float = Field(1.0, ge=0.0, description="sampling temperature of training rollouts")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus-sampling mass of training rollouts")
+    eval_temperature: float = Field(0.0, ge=0.0, description="sampling temperature of evaluation replies")
+    max_tokens: Optional[int] = Field(
+        None, ge=1, description="generation budget per reply in tokens (default: max_token_length)"
+    )
+    eval_limit: Optional[int] = Field(None, ge=1, description="evaluate on at most this many items")
+
+
+class SingleTurnEnv(BaseEnv):
+    """One prompt, ``group_size`` replies, one float reward per reply (see the module docstring)."""
+
+    env_config_cls = SingleTurnEnvConfig
+    #: An evaluation reply counts as correct when its score is at least this.
+    correct_threshold: float = 1.0
+
+    def __init__(self, config: SingleTurnEnvConfig, server_configs, slurm=False, testing=False):
+        super().__init__(config, server_configs, slurm, testing)
+        self.config: SingleTurnEnvConfig
+        self.iter = 0
+        self.percent_correct_buffer: list[float] = []
+        self.eval_metrics: list[tuple[str, float]] = []
+
+    # -- the task (subclass hooks) ----------------------------------------------------------------------
+    @abstractmethod
+    def prompt_messages(self, item: Any) -> list[dict[str, str]]:
+        """The chat messages sent for ``item`` (system and user turns)."""
+
+    def prefill(self, item: Any) -> str:
+        """Text the assistant turn starts with (part of the prompt, not trained); empty for none."""
+        return ""
+
+    def score_reply(self, reply: str, item: Any) -> float:
+        """The reward of one reply to ``item``. Subclasses override this or :meth:`score_replies`."""
+        raise NotImplementedError
+
+    def score_replies(self, replies: Sequence[str], item: Any) -> list[float]:
+        """The rewards of a group of replies to ``item`` (default: :meth:`score_reply` for each)."""
+        return [self.score_reply(reply, item) for reply in replies]
+
+    @abstractmethod
+    def eval_items(self) -> Sequence[Any]:
+        """The evaluation set (before ``eval_limit`` is applied)."""
+
+    def eval_sample_fields(self, item: Any) -> dict[str, Any]:
+        """Extra fields written with each evaluation sample (e.g. the question and the gold answer)."""
+        return {}
+
+    def on_group_scored(self, item: Any, scores: Sequence[float]) -> None:
+        """Called with every training group's scores before uniform groups are dropped."""
+
+    # -- sampling ---------------------------------------------------------------------------------------
+    @property
+    def generation_budget(self) -> int:
+        """Tokens a reply may use: ``max_tokens`` or, when unset, ``max_token_length``."""
+        return self.config.max_tokens or self.config.max_token_length
+
+    async def _sample(self, server: Any, item: Any, n: int, **sampling: Any) -> tuple[list[dict], list[str]]:
+        messages = self.prompt_messages(item)
+        prefill = self.prefill(item)
+        if prefill:
+            prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            completion = await server.completion(prompt=prompt + prefill, n=n, **sampling)
+            replies = [prefill + (choice.text or "") for choice in completion.choices]
+        else:
+            completion = await server.chat_completion(messages=messages, n=n, **sampling)
+            replies = [choice.message.content or "" for choice in completion.choices]
+        return messages, replies
+
+    async def collect_trajectories(self, item: Any) -> tuple[Optional[ScoredDataGroup], list]:
+        async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
+            messages, replies = await self._sample(
+                managed,
+                item,
+                self.config.group_size,
+                max_tokens=self.generation_budget,
+                temperature=self.config.temperature,
+                top_p=self.config.top_p,
+            )
+            nodes = managed.get_state()["nodes"]
+        if len(nodes) != len(replies):
+            logger.warning(
+                "%s: %d replies but %d tracked sequences; skipping the item",
+                self.name,
+                len(replies),
+                len(nodes),
+            )
+            return None, []
+        scores = [float(s) for s in self.score_replies(replies, item)]
+        self.percent_correct_buffer.extend(1.0 if s >= self.correct_threshold else 0.0 for s in scores)
+        self.on_group_scored(item, scores)
+        if len(set(scores)) <= 1:
+            return None, []
+        group = ScoredDataGroup(tokens=[], masks=[], scores=[], inference_logprobs=[], messages=[])
+        for reply, node, score in zip(replies, nodes, scores, strict=True):
+            group["tokens"].append(list(node.tokens))
+            group["masks"].append(list(node.masked_tokens))
+            group["inference_logprobs"].append(list(node.logprobs))
+            group["scores"].append(score)
+            group["messages"].append([*messages, {"role": "assistant", "content": reply}])
+        return group, []
+
+    # -- evaluation -------------------------------------------------------------------------------------
+    async def _eval_one(self, item: Any, sem: asyncio.Semaphore) -> dict[str, Any]:
+        async with sem:
+            messages, replies = await self._sample(
+                self.server,
+                item,
+                1,
+                max_tokens=self.generation_budget,
+                temperature=self.config.eval_temperature,
+                split="eval",
+            )
+        reply = replies[0] if replies else ""
+        score = float(self.score_replies([reply], item)[0])
+        return {
+            "messages": [*messages, {"role": "assistant", "content": reply}],
+            **self.eval_sample_fields(item),
+            "score": score,
+            "correct": score >= self.correct_threshold,
+        }
+
+    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
+        items = list(self.eval_items())
+        if self.config.eval_limit is not None:
+            items = items[: self.config.eval_limit]
+        if not items:
+            logger.warning("%s: no evaluation items; nothing evaluated", self.name)
+            return
+        start = time.time()
+        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))
+        samples = await asyncio.gather(*(self._eval_one(item, sem) for item in items))
+        end = time.time()
+        metrics = {
+            "eval/percent_correct": sum(1 for s in samples if s["correct"]) / len(samples),
+            "eval/mean_score": sum(s["score"] for s in samples) / len(samples),
+        }
+        print(
+            f"{self.name} evaluation: percent_correct={metrics['eval/percent_correct']:.4f} "
+            f"mean_score={metrics['eval/mean_score']:.4f} on {len(samples)} items",
+            flush=True,
+        )
+        self.eval_metrics.extend(metrics.items())
+        await self.evaluate_log(
+            metrics=metrics,
+            samples=samples,
+            start_time=start,
+            end_time=end,
+            generation_parameters={
+                "temperature": self.config.eval_temperature,
+                "max_tokens": self.generation_budget,
+            },
+        )
+
+    # -- logging and checkpoints ------------------------------------------------------------------------
+    async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
+        wandb_metrics = dict(wandb_metrics or {})
+        if self.percent_correct_buffer:
+            wandb_metrics["train/percent_correct"] = sum(self.percent_correct_buffer) / len(
+                self.percent_correct_buffer
+            )
+        self.percent_correct_buffer = []
+        for key, value in self.eval_metrics:
+            wandb_metrics[key] = value
+        self.eval_metrics = []
+        await super().wandb_log(wandb_metrics)
+
+    def save_checkpoint(self, step, data=None) -> None:
+        data = dict(data or {})
+        data["iter"] = self.iter
+        super().save_checkpoint(step, data)
