@@ -1,0 +1,174 @@
+"""The text-reversal environment: generated and local data, answer-tag scoring, ``process`` and ``evaluate``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from atroposlib.envs.base import APIServerConfig
+from atroposlib.envs.data_loading import DatasetError
+from environments.text_reversal_environment import (
+    TextReversalEnv,
+    TextReversalEnvConfig,
+    reverse_text,
+    score_reply,
+)
+from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
+
+SAMPLE = FIXTURES / "text_reversal_sample.jsonl"
+CHAT_SAMPLE = FIXTURES / "text_reversal_chat_sample.jsonl"
+
+
+def _env(tiny_model_dir, **overrides) -> TextReversalEnv:
+    config = TextReversalEnvConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False, **overrides)
+    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
+    return TextReversalEnv(config, server)
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("<answer>olleH</answer>", 1.0),
+        ("<think>H-e-l-l-o backwards</think><answer>olleH</answer>", 1.0),
+        ("<answer>\n  olleH \n</answer>", 1.0),  # surrounding whitespace is not part of the answer
+        ("Reversed: <answer>olleH</answer>, and again <answer>olleH</answer>", 1.0),
+        ("<answer>olleh</answer>", 0.0),  # case counts
+        ("<answer>Hello</answer>", 0.0),
+        ("olleH", 0.0),  # no answer tags
+        ("\\boxed{olleH}", 0.0),
+        ("<think><answer>olleH</answer></think>done", 0.0),  # only inside the reasoning
+        ("<answer>olleH</answer> or <answer>olleh</answer>", 0.0),  # several answers
+        ("<answer>olleH", 0.0),  # unclosed tag
+        ("<think>never closed <answer>olleH</answer>", 0.0),
+        ("<answer></answer>", 0.0),
+        ("", 0.0),
+    ],
+)
+def test_scoring(reply, expected):
+    assert score_reply(reply, "olleH") == expected
+
+
+def test_partial_credit_ranks_near_misses_below_exact():
+    exact = score_reply("<answer>olleH</answer>", "olleH", partial_credit=True)
+    near = score_reply("<answer>olleh</answer>", "olleH", partial_credit=True)
+    far = score_reply("<answer>Hxyz</answer>", "olleH", partial_credit=True)
+    assert exact == 1.0 and 0.0 < far < near < 0.5
+    assert score_reply("<answer>xyz</answer>", "olleH", partial_credit=True) == 0.0  # nothing in common
+    assert score_reply("olleH", "olleH", partial_credit=True) == 0.0  # still needs the tags
+    assert score_reply("<answer>olleH</answer> <answer>x</answer>", "olleH", partial_credit=True) == 0.0
+
+
+def test_whole_reply_form_for_chat_rows():
+    assert score_reply("<think>ok</think>\n desserts \n", "desserts", "whole_reply") == 1.0
+    assert score_reply("desserts!", "desserts", "whole_reply") == 0.0
+    assert score_reply("<think>desserts</think>", "desserts", "whole_reply") == 0.0
+
+
+async def test_generated_texts_are_deterministic_and_eval_is_held_out(tiny_model_dir):
+    env, again = _env(tiny_model_dir, test_set_size=20), _env(tiny_model_dir, test_set_size=20)
+    await env.setup()
+    await again.setup()
+    first = [await env.get_next_item() for _ in range(30)]
+    assert first == [await again.get_next_item() for _ in range(30)]
+    assert env.test_items == again.test_items and len(env.test_items) == 20
+    train_words = set(env.train_words)
+    for item in env.test_items:
+        text = reverse_text(item.expected)
+        assert 3 <= len(text.split()) <= 8 and not set(text.split()) & train_words
+        assert item.form == "answer_tag" and text in item.messages[-1][1]
+    assert all(set(reverse_text(item.expected).split()) <= train_words for item in first)
+
+
+async def test_local_text_rows_and_chat_rows(tiny_model_dir):
+    env = _env(tiny_model_dir, dataset_path=str(SAMPLE), test_set_size=2)
+    await env.setup()
+    assert len(env.test_items) == 2 and len(env.train_items) == len(read_jsonl(SAMPLE)) - 2
+    texts = {row["text"] for row in read_jsonl(SAMPLE)}
+    assert {reverse_text(i.expected) for i in env.train_items + env.test_items} == texts
+    chat = _env(tiny_model_dir, dataset_path=str(CHAT_SAMPLE), eval_dataset_path=str(CHAT_SAMPLE))
+    await chat.setup()
+    item = next(i for i in chat.train_items if i.expected == "desserts")
+    assert item.form == "whole_reply"
+    assert item.messages == (("user", "Reverse the text you are given, character by character.\n\nstressed"),)
+    assert len(chat.test_items) == 3
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([{"text": "abc"}, {"txt": "def"}], "row 1: missing field 'text'"),
+        ([{"prompt": [{"role": "user", "content": "x"}]}], "row 0: missing field 'completion'"),
+        (
+            [{"prompt": [{"role": "system", "content": "x"}], "completion": []}],
+            "row 0: field 'prompt' has no user",
+        ),
+        ([], "no rows"),
+    ],
+)
+async def test_bad_local_files(tiny_model_dir, tmp_path, rows, message):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = _env(tiny_model_dir, dataset_path=str(path))
+    with pytest.raises(DatasetError, match=message) as error:
+        await env.setup()
+    assert str(path) in str(error.value)
+
+
+async def test_hub_default_when_named(tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    env = _env(tiny_model_dir, dataset_name="PrimeIntellect/Reverse-Text-SFT")
+    with pytest.raises(DatasetError, match="PrimeIntellect/Reverse-Text-SFT: cannot load from the hub"):
+        await env.setup()
+
+
+def test_config_checks():
+    with pytest.raises(ValidationError, match="min_words"):
+        TextReversalEnvConfig(min_words=5, max_words=2)
+
+
+def _responder():
+    """The exact reversal for even choice indices, the text unchanged for odd ones."""
+
+    def respond(prompt, index):
+        text = prompt_text(prompt).split("keeping every character:\n\n", 1)[-1]
+        text = text.split("<|im_end|>")[0]  # a rendered prompt (completion route) carries the template tail
+        return f"<think>Reading it backwards.</think><answer>{reverse_text(text) if index % 2 == 0 else text}</answer>"
+
+    return respond
+
+
+def test_process_with_a_local_file(tmp_path, tiny_model_dir):
+    groups = process_groups(
+        ENVIRONMENTS / "text_reversal_environment.py",
+        ["process", "--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
+         "--env.max_tokens", "256"],
+        _responder(),
+        tiny_model_dir,
+        tmp_path,
+        "text_reversal",
+    )  # fmt: skip
+    assert len(groups) == 3
+    texts = {row["text"] for row in read_jsonl(SAMPLE)}
+    for group in groups:
+        check_group(group, 2)
+        assert sorted(group["scores"]) == [0.0, 1.0]
+        user = group["messages"][0][1]["content"]
+        assert any(user.endswith(t) for t in texts)
+
+
+def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):
+    metrics, samples, out = evaluate_metrics(
+        TextReversalEnv,
+        ["--env.test_set_size", "5", "--env.max_tokens", "256"],
+        _responder(),
+        tiny_model_dir,
+        tmp_path,
+        capsys,
+    )
+    assert metrics["eval/percent_correct"] == 1.0
+    assert len(samples) == 5 and all(s["score"] == 1.0 for s in samples)
+    assert "text_reversal evaluation: percent_correct=1.0000" in out
