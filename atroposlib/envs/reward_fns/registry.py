@@ -101,6 +101,23 @@ class RewardRegistry:
         """Names registered so far (lazy names appear once loaded)."""
         return list(self._registry.keys())
 
+    def available_names(self) -> list[str]:
+        """Every name :meth:`get` resolves, sorted: the registered keys once all modules of this package are
+        imported, plus, for a module that registers no class, its name without ``_reward`` (its plain
+        function, e.g. ``cascading_r1_math``). Modules that fail to import are left out."""
+        names = set()
+        for stem in self._all_modules():
+            try:
+                module = importlib.import_module(f"{PACKAGE}.{stem}")
+            except Exception as exc:
+                logger.debug("reward module %s.py not importable: %r", stem, exc)
+                continue
+            if not any(getattr(t, "__module__", None) == module.__name__ for t in self._registry.values()):
+                base = stem[: -len("_reward")] if stem.endswith("_reward") else stem
+                if self._pick_from_module(module, base) is not None:
+                    names.add(base)
+        return sorted(names | set(self._registry))
+
     def load_required_functions(self, config: Any) -> set[str]:
         """Load every reward named by a config object and return the names.
 
