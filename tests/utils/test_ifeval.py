@@ -69,6 +69,12 @@ CASES = [
         "Done.\nP.S. one more thing",
     ),
     ("detectable_format:constrained_response", {}, "My answer is maybe.", "Maybe, I think."),
+    (
+        "detectable_format:constrained_response",
+        {},
+        "After thinking: My answer is no.",
+        "My answer is yes. My answer is no.",
+    ),
     ("detectable_format:json_format", {}, '```json\n{"a": [1, 2]}\n```', '{"a": [1, 2]} and some text'),
     (
         "detectable_format:multiple_sections",

@@ -9,7 +9,8 @@ RLVR-IFeval.
 
 Checks see the response as given; an empty response follows no instruction (the grading in
 :mod:`atroposlib.utils.ifeval.grading` enforces that). Keyword searches ignore case; a language the
-detector cannot determine counts as not followed.
+detector cannot determine counts as not followed; a constrained response must contain exactly one of
+the options (several would be a hedge).
 """
 
 from __future__ import annotations
@@ -191,8 +192,10 @@ def postscript(response: str, args: Postscript) -> bool:
 
 # -- detectable_format ----------------------------------------------------------------------------------
 def constrained_response(response: str, args: ConstrainedResponse) -> bool:
+    # Exactly one of the options: a reply listing several ("My answer is yes. My answer is no.") hedges.
     text = response.strip()
-    return any(option.strip() and option.strip() in text for option in args.options)
+    present = {option.strip() for option in args.options if option.strip() and option.strip() in text}
+    return len(present) == 1
 
 
 def json_format(response: str, args: NoArguments) -> bool:

@@ -1,0 +1,246 @@
+"""Verifiable instructions (IFEval): follow every formatting, length, keyword and language instruction.
+
+Data: by default ``allenai/RLVR-IFeval`` (train split) for training and ``google/IFEval`` (its one
+split, 541 prompts) for evaluation. ``--env.dataset_path FILE`` (and ``--env.eval_dataset_path``) reads a
+local file (JSONL, JSON, Parquet or CSV) in IFEval's schema: ``key``, ``prompt``, ``instruction_id_list``
+and ``kwargs`` (one dict per instruction; null values mean "not given", as on the hub). Rows in
+RLVR-IFeval's shape (``messages`` and a ``ground_truth`` JSON string) load too and become one
+instruction each. A local training file without an evaluation file is used for both. An unknown
+instruction id, a missing argument or a missing field stops the environment at setup with one line
+naming the file, the row and the problem.
+
+Prompt: our system prompt, then the row's prompt. Reward: the share of the row's instructions the reply
+follows, checked strictly on the reply after its think block (:mod:`atroposlib.utils.ifeval`); a reply
+whose think block never closes, or an empty reply, follows nothing. Groups whose scores are all equal
+carry no learning signal and are skipped (``collect_trajectories`` returns None for them).
+
+Evaluation reports IFEval's four accuracies: ``eval/prompt_level_strict_acc`` (every instruction of a
+prompt followed), ``eval/inst_level_strict_acc`` (share of all instructions followed), and their loose
+variants ``eval/prompt_level_loose_acc`` / ``eval/inst_level_loose_acc`` (the reply also tried without
+its first line, its last line, both, and without ``*``).
+
+``python environments/instruction_following_algorithm_environment.py {serve,process,evaluate} --openai.base_url ...``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from pydantic import Field
+
+from atroposlib.envs.base import APIServerConfig
+from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
+from atroposlib.utils.ifeval import (
+    BoundInstruction,
+    InstructionError,
+    bind_instructions,
+    grade_reply,
+    rlvr_instruction,
+    rlvr_prompt,
+)
+
+DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
+IFEVAL_FIELDS = ("prompt", "instruction_id_list", "kwargs")
+RLVR_FIELDS = ("messages", "ground_truth")
+
+system_prompt = (
+    "You are a deep thinking AI. You may reason at length before answering: put your thoughts inside "
+    "<think> </think> tags, then write your response.\n\n"
+    "The request comes with instructions about the form of the response (its length, format, words, "
+    "language, beginning or ending). Follow every one of them exactly; only the text after your "
+    "thinking is checked."
+)
+
+
+@dataclass(frozen=True)
+class IFEvalItem:
+    """One prompt and its bound instructions."""
+
+    key: Union[int, str]
+    prompt: str
+    instructions: tuple[BoundInstruction, ...]
+
+    @property
+    def instruction_ids(self) -> list[str]:
+        return [instruction.id for instruction in self.instructions]
+
+
+class IFConfig(SingleTurnEnvConfig):
+    """SingleTurnEnvConfig plus where the training and evaluation prompts come from."""
+
+    dataset_name: str = Field("allenai/RLVR-IFeval", description="hub data set to train on")
+    dataset_config: Optional[str] = Field(None, description="configuration of the training hub data set")
+    dataset_split: str = Field("train", description="hub split to train on")
+    eval_dataset_name: str = Field("google/IFEval", description="hub data set to evaluate on")
+    eval_dataset_config: Optional[str] = Field(
+        None, description="configuration of the evaluation hub data set"
+    )
+    eval_split: str = Field("train", description="hub split to evaluate on")
+    dataset_path: Optional[str] = Field(
+        None, description="local file of IFEval (or RLVR-IFeval) rows used instead of the training hub set"
+    )
+    eval_dataset_path: Optional[str] = Field(
+        None, description="local file for evaluation (default: dataset_path when that is set)"
+    )
+
+
+def _missing(row: dict[str, Any], fields: Sequence[str]) -> Optional[str]:
+    return next((field for field in fields if row.get(field) is None), None)
+
+
+def row_to_item(row: dict[str, Any], index: int, source: str) -> IFEvalItem:
+    """The item of one IFEval row or RLVR-IFeval row (told apart by ``ground_truth``).
+
+    Raises :class:`DatasetError` naming ``source``, the row and the missing field, unknown instruction
+    id or bad argument.
+    """
+    rlvr = "ground_truth" in row
+    missing = _missing(row, RLVR_FIELDS if rlvr else IFEVAL_FIELDS)
+    if missing:
+        raise DatasetError(f"{source}: row {index}: missing field {missing!r}")
+    try:
+        if rlvr:
+            prompt = rlvr_prompt(row["messages"])
+            instruction_id, kwargs = rlvr_instruction(row["ground_truth"])
+            instructions = bind_instructions([instruction_id], [kwargs])
+        else:
+            prompt = row["prompt"]
+            instructions = bind_instructions(list(row["instruction_id_list"]), list(row["kwargs"]))
+    except InstructionError as exc:
+        raise DatasetError(f"{source}: row {index}: {exc}") from None
+    except TypeError:
+        raise DatasetError(f"{source}: row {index}: instruction_id_list and kwargs must be lists") from None
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DatasetError(f"{source}: row {index}: empty prompt")
+    return IFEvalItem(key=row.get("key", index), prompt=prompt, instructions=instructions)
+
+
+def rows_to_items(rows: list[dict[str, Any]], source: str) -> list[IFEvalItem]:
+    """Items of all rows (see :func:`row_to_item`)."""
+    return [row_to_item(row, index, source) for index, row in enumerate(rows)]
+
+
+def evaluation_metrics(samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """IFEval's prompt- and instruction-level accuracies, strict and loose, from graded samples.
+
+    Each sample holds ``strict`` and ``loose``: one verdict per instruction of its prompt.
+    """
+    metrics: dict[str, float] = {}
+    if not samples:
+        return metrics
+    for kind in ("strict", "loose"):
+        verdicts = [sample[kind] for sample in samples]
+        flat = [verdict for prompt in verdicts for verdict in prompt]
+        metrics[f"eval/prompt_level_{kind}_acc"] = sum(all(v) for v in verdicts) / len(verdicts)
+        metrics[f"eval/inst_level_{kind}_acc"] = sum(flat) / len(flat)
+    return metrics
+
+
+class InstructionFollowingEnv(SingleTurnEnv):
+    """Rewards the share of a prompt's verifiable instructions a reply follows; evaluates on IFEval."""
+
+    name = "instruction_following"
+    env_config_cls = IFConfig
+
+    def __init__(self, config: IFConfig, server_configs, slurm=False, testing=False):
+        super().__init__(config, server_configs, slurm, testing)
+        self.config: IFConfig
+        self.train: list[IFEvalItem] = []
+        self.test: list[IFEvalItem] = []
+
+    @classmethod
+    def config_init(cls) -> tuple[IFConfig, APIServerConfig]:
+        env_config = IFConfig(
+            group_size=32,
+            use_wandb=True,
+            rollout_server_url="http://localhost:8000",
+            total_steps=500,
+            batch_size=1024,
+            steps_per_eval=20,
+            max_token_length=1024 * 15,
+            wandb_name="instruction_following_rlvr_ifeval",
+            temperature=0.8,
+        )
+        server_configs = APIServerConfig(
+            model_name=DEFAULT_MODEL,
+            base_url="http://localhost:9004/v1",
+            api_key="x",
+            num_requests_for_eval=256,
+        )
+        return env_config, server_configs
+
+    def _load(self) -> tuple[list[IFEvalItem], list[IFEvalItem]]:
+        cfg = self.config
+        train_hub = hub_split(cfg.dataset_name, cfg.dataset_split, cfg.dataset_config)
+        rows = load_rows(cfg.dataset_path, train_hub, [], cfg.dataset_name)
+        train = rows_to_items(rows, cfg.dataset_path or cfg.dataset_name)
+        random.Random(42).shuffle(train)
+        eval_path = cfg.eval_dataset_path or cfg.dataset_path
+        eval_hub = hub_split(cfg.eval_dataset_name, cfg.eval_split, cfg.eval_dataset_config)
+        eval_rows = load_rows(eval_path, eval_hub, [], cfg.eval_dataset_name)
+        test = rows_to_items(eval_rows, eval_path or cfg.eval_dataset_name)
+        return train, test
+
+    async def setup(self) -> None:
+        self.train, self.test = self._load()
+        self.iter = 0
+
+    async def get_next_item(self) -> IFEvalItem:
+        item = self.train[self.iter % len(self.train)]
+        self.iter += 1
+        return item
+
+    def prompt_messages(self, item: IFEvalItem) -> list[dict[str, str]]:
+        return [{"role": "system", "content": system_prompt}, {"role": "user", "content": item.prompt}]
+
+    def score_reply(self, reply: str, item: IFEvalItem) -> float:
+        """The share of the item's instructions the reply follows strictly."""
+        return grade_reply(reply, item.instructions).strict_fraction
+
+    def eval_items(self) -> list[IFEvalItem]:
+        return self.test
+
+    def eval_sample_fields(self, item: IFEvalItem) -> dict[str, Any]:
+        return {"key": item.key, "prompt": item.prompt, "instruction_id_list": item.instruction_ids}
+
+    async def _eval_graded(self, item: IFEvalItem, sem: asyncio.Semaphore) -> dict[str, Any]:
+        sample = await self._eval_one(item, sem)
+        grade = grade_reply(sample["messages"][-1]["content"], item.instructions)
+        return {**sample, "strict": list(grade.strict), "loose": list(grade.loose)}
+
+    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
+        """Answer every evaluation prompt once; print, log and write IFEval's four accuracies."""
+        items = self.eval_items()
+        if self.config.eval_limit is not None:
+            items = items[: self.config.eval_limit]
+        start = time.time()
+        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))
+        samples = await asyncio.gather(*(self._eval_graded(item, sem) for item in items))
+        end = time.time()
+        metrics = evaluation_metrics(samples)
+        print(
+            f"{self.name} evaluation on {len(samples)} prompts: "
+            + " ".join(f"{key.removeprefix('eval/')}={value:.4f}" for key, value in metrics.items()),
+            flush=True,
+        )
+        self.eval_metrics.extend(metrics.items())
+        await self.evaluate_log(
+            metrics=metrics,
+            samples=samples,
+            start_time=start,
+            end_time=end,
+            generation_parameters={
+                "temperature": self.config.eval_temperature,
+                "max_tokens": self.generation_budget,
+            },
+        )
+
+
+if __name__ == "__main__":
+    InstructionFollowingEnv.cli()

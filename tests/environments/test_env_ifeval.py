@@ -1,0 +1,348 @@
+"""The instruction-following (IFEval) environment: IFEval and RLVR-IFeval rows, scoring, ``process``, ``evaluate``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from atroposlib.envs.base import APIServerConfig
+from atroposlib.envs.data_loading import DatasetError
+from environments.instruction_following_algorithm_environment import (
+    IFConfig,
+    InstructionFollowingEnv,
+    evaluation_metrics,
+)
+from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
+from tests.fixtures.plain_tags import plain_tags_tokenizer
+from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
+
+IFEVAL = FIXTURES / "ifeval_sample.jsonl"
+RLVR = FIXTURES / "rlvr_ifeval_sample.jsonl"
+SCRIPT = ENVIRONMENTS / "instruction_following_algorithm_environment.py"
+
+SUNRISE = (
+    "The sun lifts slowly out of the sea, painting the calm water in shades of gold and rose while gulls "
+    "circle above the harbour and the first fishing boats head out into the bright morning air."
+)
+GERMAN = (
+    "Der Himmel ist blau, weil das Sonnenlicht in der Luft gestreut wird. Das kurzwellige blaue Licht wird "
+    "dabei viel stärker gestreut als das rote Licht, deshalb sehen wir überall am Himmel die blaue Farbe."
+)
+# Per prompt (a phrase of it): a reply following every instruction, one following none, and for some
+# prompts one that follows them only loosely (a chatty first line, markdown emphasis).
+REPLIES: dict[str, dict[str, str]] = {
+    "lost cat": {
+        "good": "Hello neighbour! Our grey cat Miso has been missing since Monday. Please check your shed and "
+        "garden. Is there anything else I can help with?",
+        "bad": "Hello neighbour, our grey cat Miso is missing. Thanks!",
+        "loose": "Sure, here is the note:\nOur grey cat Miso has been missing since Monday.\n"
+        "Is there anything else I can help with?",
+    },
+    "poem about autumn": {
+        "good": "the golden leaves drift slowly down to the ground\nthe harvest moon rises over the quiet fields\n"
+        "and the farmers rest after a long and happy day",
+        "bad": "The golden leaves drift slowly down to the ground while the wind sings.",
+        "loose": "Here is my poem:\nthe golden leaves drift slowly down to the ground\n"
+        "the harvest moon rises over the quiet fields and the farmers rest",
+    },
+    "sunrise over the sea": {
+        "good": f'"{SUNRISE}"',
+        "bad": "The sun rises over the sea.",
+        "loose": f'Here it is:\n"{SUNRISE}"',
+    },
+    "paperclip": {
+        "good": "<<Paperclip Uses>>\n* Hold papers together\n* Reset a small device\n* Clean a narrow groove",
+        "bad": "Paperclip uses:\n* Hold papers together\n* Reset a small device",
+    },
+    "job offer": {
+        "good": "Dear [name],\n\nI am delighted to accept the offer and can start on [date].\n\nBest regards\n\n"
+        "P.S. I look forward to meeting the team.",
+        "bad": "Dear Ms Lee, I accept the offer. Best regards.",
+    },
+    "sky is blue": {
+        "good": GERMAN,
+        "bad": "The sky is blue because air scatters blue sunlight more than red.",
+    },
+    "Pluto": {"good": "My answer is no.", "bad": "My answer is yes. My answer is no."},
+    "bakery": {"good": "Golden Crust\n******\nRise and Shine Bakery", "bad": "Golden Crust"},
+    "lighthouse keeper": {
+        "good": "The keeper lit the lantern at dusk. The lantern swung in the wind. By dawn the lantern was dark.",
+        "bad": "The keeper lit the lamp at dusk.",
+    },
+    "favourite meal": {
+        "good": "my favourite meal is a warm bowl of tomato soup with fresh bread and a little butter on the side.",
+        "bad": "My favourite meal is Tomato Soup.",
+    },
+    "Cinderella": {
+        "good": "A kind girl meets a prince at a ball, loses a slipper, and he finds her again.",
+        "bad": "A kind girl is treated badly by her stepfamily, but with help from a fairy godmother she goes to "
+        "the royal ball, dances with the prince and loses a glass slipper there.",
+    },
+    "brew tea": {
+        "good": "Boil fresh water and pour it over the leaves.\n\nFinally, wait three minutes and remove the leaves.",
+        "bad": "Boil water, pour it, wait and drink.",
+    },
+}
+
+
+def _replies(prompt: Any) -> dict[str, str]:
+    text = prompt_text(prompt)
+    return next(replies for phrase, replies in REPLIES.items() if phrase in text)
+
+
+def good_or_bad(prompt: Any, index: int) -> str:
+    """Even choices follow every instruction (after a think block), odd ones follow none."""
+    replies = _replies(prompt)
+    return "<think>Check each instruction.</think>\n" + replies["good"] if index % 2 == 0 else replies["bad"]
+
+
+# Evaluation replies: which kind each prompt gets.
+EVAL_PLAN = {
+    "lost cat": "loose",
+    "poem about autumn": "loose",
+    "sunrise over the sea": "loose",
+    "paperclip": "good",
+    "job offer": "good",
+    "sky is blue": "bad",
+    "Pluto": "good",
+    "bakery": "bad",
+}
+
+
+def planned(prompt: Any, index: int) -> str:
+    text = prompt_text(prompt)
+    phrase = next(phrase for phrase in EVAL_PLAN if phrase in text)
+    return REPLIES[phrase][EVAL_PLAN[phrase]]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny tokenizer with plain (non-special) think tags, as chat models have them."""
+    return plain_tags_tokenizer(tiny_model_dir, tmp_path_factory.mktemp("plain-tags"))
+
+
+def _env(tokenizer_dir, **overrides) -> InstructionFollowingEnv:
+    values = {
+        "tokenizer_name": str(tokenizer_dir),
+        "use_wandb": False,
+        "group_size": 4,
+        "dataset_path": str(IFEVAL),
+        **overrides,
+    }
+    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
+    return InstructionFollowingEnv(IFConfig(**values), server, slurm=False, testing=False)
+
+
+def _write(path, rows) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+async def _item(env: InstructionFollowingEnv, phrase: str):
+    return next(item for item in env.train if phrase in item.prompt)
+
+
+# -- data -------------------------------------------------------------------------------------------------
+
+
+async def test_setup_reads_ifeval_rows_with_nulls(tokenizer_dir):
+    env = _env(tokenizer_dir)
+    await env.setup()
+    assert len(env.train) == len(env.test) == 8
+    item = await _item(env, "lost cat")
+    assert item.key == 1001
+    assert item.instruction_ids == ["punctuation:no_comma", "startend:end_checker"]
+    assert item.instructions[1].arguments.end_phrase == "Is there anything else I can help with?"
+    messages = env.prompt_messages(item)
+    assert messages[0]["role"] == "system" and messages[1] == {"role": "user", "content": item.prompt}
+
+
+async def test_rlvr_rows_load_as_instructions(tokenizer_dir):
+    env = _env(tokenizer_dir, dataset_path=str(RLVR), eval_dataset_path=str(IFEVAL))
+    await env.setup()
+    assert len(env.train) == 4 and len(env.test) == 8
+    lantern = await _item(env, "lighthouse keeper")
+    assert lantern.instruction_ids == ["keywords:frequency"]
+    assert lantern.instructions[0].arguments.relation == "exactly"
+    tea = await _item(env, "brew tea")
+    assert tea.instruction_ids == ["length_constraints:nth_paragraph_first_word"]
+    assert env.score_reply(REPLIES["brew tea"]["good"], tea) == 1.0
+
+
+async def test_default_data_is_the_hub_and_never_a_stand_in(tokenizer_dir, monkeypatch):
+    """The original replaced a data set it could not load by two dummy prompts and trained on them;
+    here the hub loader's failure stops the environment with one line."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DatasetError, match="allenai/RLVR-IFeval: cannot load from the hub"):
+        await _env(tokenizer_dir, dataset_path=None).setup()
+
+
+async def test_default_sources_train_on_rlvr_and_evaluate_on_ifeval(tokenizer_dir, monkeypatch):
+    import environments.instruction_following_algorithm_environment as module
+
+    hub = {("allenai/RLVR-IFeval", "train"): read_jsonl(RLVR), ("google/IFEval", "train"): read_jsonl(IFEVAL)}
+    asked = []
+
+    def fake_hub_split(name, split, config=None):
+        asked.append((name, split, config))
+        return lambda: hub[(name, split)]
+
+    monkeypatch.setattr(module, "hub_split", fake_hub_split)
+    env = _env(tokenizer_dir, dataset_path=None)
+    await env.setup()
+    assert asked == [("allenai/RLVR-IFeval", "train", None), ("google/IFEval", "train", None)]
+    assert len(env.train) == 4 and len(env.test) == 8
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"key": 1, "prompt": "Hi", "kwargs": [{}]}, "row 1: missing field 'instruction_id_list'"),
+        (
+            {"key": 1, "prompt": "Hi", "instruction_id_list": ["punctuation:no_comma"]},
+            "row 1: missing field 'kwargs'",
+        ),
+        (
+            {"key": 1, "prompt": "Hi", "instruction_id_list": ["keywords:rhyme"], "kwargs": [{}]},
+            "row 1: unknown instruction id 'keywords:rhyme'",
+        ),
+        (
+            {
+                "key": 1,
+                "prompt": "Hi",
+                "instruction_id_list": ["keywords:frequency"],
+                "kwargs": [{"keyword": "a"}],
+            },
+            "row 1: instruction 'keywords:frequency': argument 'frequency': missing",
+        ),
+        (
+            {
+                "messages": [{"role": "user", "content": "Hi"}],
+                "ground_truth": '{"func_name": "verify_rhyme"}',
+            },
+            "row 1: unknown RLVR verifier 'verify_rhyme'",
+        ),
+        ({"ground_truth": '{"func_name": "validate_title"}'}, "row 1: missing field 'messages'"),
+    ],
+)
+async def test_bad_rows_name_the_file_row_and_problem(tokenizer_dir, tmp_path, row, message):
+    path = _write(tmp_path / "bad.jsonl", [read_jsonl(IFEVAL)[0], row])
+    with pytest.raises(DatasetError, match=f"{path}: {message}"):
+        await _env(tokenizer_dir, dataset_path=path).setup()
+
+
+async def test_an_empty_file_is_an_error(tokenizer_dir, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(DatasetError, match="no rows"):
+        await _env(tokenizer_dir, dataset_path=str(empty)).setup()
+
+
+def test_process_reports_an_unknown_instruction_in_one_line(tmp_path, tokenizer_dir):
+    row = {"key": 7, "prompt": "Hi", "instruction_id_list": ["keywords:rhyme"], "kwargs": [{}]}
+    path = _write(tmp_path / "bad.jsonl", [row])
+    result = run_env(
+        SCRIPT,
+        [
+            "process",
+            "--env.dataset_path",
+            path,
+            "--env.tokenizer_name",
+            tokenizer_dir,
+            "--env.use_wandb",
+            "false",
+        ],
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert f"{path}: row 0: unknown instruction id 'keywords:rhyme'" in result.stderr
+
+
+# -- scoring ----------------------------------------------------------------------------------------------
+
+
+async def test_reward_is_the_share_of_instructions_followed(tokenizer_dir):
+    env = _env(tokenizer_dir)
+    await env.setup()
+    item = await _item(env, "lost cat")
+    good, bad = REPLIES["lost cat"]["good"], REPLIES["lost cat"]["bad"]
+    assert env.score_reply(good, item) == 1.0
+    assert env.score_reply("<think>Plan: no commas, then the phrase.</think>\n\n" + good, item) == 1.0
+    assert env.score_reply(bad, item) == 0.0
+    assert env.score_reply(good.replace("Monday.", "Monday, sadly."), item) == 0.5  # one of two
+    assert env.score_reply(REPLIES["lost cat"]["loose"], item) == 0.5  # loose passes do not count in training
+
+
+async def test_hacks_score_nothing(tokenizer_dir):
+    env = _env(tokenizer_dir)
+    await env.setup()
+    cat = await _item(env, "lost cat")
+    good = REPLIES["lost cat"]["good"]
+    assert env.score_reply("", cat) == 0.0  # an empty reply trivially has no commas
+    assert (
+        env.score_reply("<think>" + good + "</think>", cat) == 0.0
+    )  # the answer only inside the think block
+    assert env.score_reply("<think>" + good, cat) == 0.0  # the think block never closes
+    assert env.score_reply("<think>a</think>" + good + "<think>b</think>", cat) == 0.0  # two think blocks
+    pluto = await _item(env, "Pluto")
+    assert env.score_reply("My answer is yes. My answer is no. My answer is maybe.", pluto) == 0.0  # a hedge
+    assert env.score_reply("My answer is maybe.", pluto) == 1.0
+
+
+def test_evaluation_metrics_are_ifevals_four_accuracies():
+    samples = [{"strict": [True, False], "loose": [True, True]}, {"strict": [True], "loose": [True]}]
+    assert evaluation_metrics(samples) == {
+        "eval/prompt_level_strict_acc": 0.5,
+        "eval/inst_level_strict_acc": 2 / 3,
+        "eval/prompt_level_loose_acc": 1.0,
+        "eval/inst_level_loose_acc": 1.0,
+    }
+
+
+def test_the_replies_of_these_tests_are_what_they_claim(tokenizer_dir):
+    """Every scripted 'good' reply follows all its instructions and every 'bad' one none of them."""
+    import asyncio
+
+    env = _env(tokenizer_dir, dataset_path=str(RLVR), eval_dataset_path=str(IFEVAL))
+    asyncio.run(env.setup())
+    for item in [*env.train, *env.test]:
+        replies = _replies([{"role": "user", "content": item.prompt}])
+        assert env.score_reply(replies["good"], item) == 1.0, item.prompt
+        assert env.score_reply(replies["bad"], item) == 0.0, item.prompt
+
+
+# -- process and evaluate ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data", [IFEVAL, RLVR], ids=["ifeval", "rlvr"])
+def test_process_with_the_local_fixture(tmp_path, tokenizer_dir, data):
+    args = ["process", "--env.dataset_path", data, "--env.group_size", 4, "--env.total_steps", 3]
+    groups = process_groups(SCRIPT, args, good_or_bad, tokenizer_dir, tmp_path, "instruction_following")
+    assert len(groups) == 3
+    for group in groups:
+        check_group(group, 4)
+        assert sorted(group["scores"]) == [0.0, 0.0, 1.0, 1.0]
+        for messages, score in zip(group["messages"], group["scores"], strict=True):
+            assert messages[0]["role"] == "system" and messages[-1]["role"] == "assistant"
+            assert messages[-1]["content"].startswith("<think>") is (score == 1.0)
+
+
+def test_evaluate_reports_strict_and_loose_accuracy(tmp_path, tokenizer_dir, capsys):
+    metrics, samples, printed = evaluate_metrics(
+        InstructionFollowingEnv, ["--env.dataset_path", IFEVAL], planned, tokenizer_dir, tmp_path, capsys
+    )
+    # Strict: 3 of 8 prompts, 8 of 13 instructions; loose adds the three chatty or emphasised replies.
+    assert metrics == {
+        "eval/prompt_level_strict_acc": 3 / 8,
+        "eval/inst_level_strict_acc": 8 / 13,
+        "eval/prompt_level_loose_acc": 6 / 8,
+        "eval/inst_level_loose_acc": 11 / 13,
+    }
+    assert "prompt_level_strict_acc=0.3750" in printed and "inst_level_loose_acc=0.8462" in printed
+    by_key = {sample["key"]: sample for sample in samples}
+    assert by_key[1001]["strict"] == [False, True] and by_key[1001]["loose"] == [True, True]
+    assert by_key[1006]["instruction_id_list"] == ["language:response_language"]
