@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from typing import Any
 
 import pytest
+import requests
 
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
+from atroposlib.testing.scripted_server import launch_scripted_server
 from atroposlib.utils.tool_calls import ToolCall, expected_tool_calls, reply_matches
 from environments.tool_calling_server import (
     SingleToolCallingEnv,
@@ -17,6 +23,7 @@ from environments.tool_calling_server import (
     evaluation_metrics,
     row_to_item,
 )
+from tests.envs.serve_helpers import wait_for
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
 from tests.fixtures.plain_tags import plain_tags_tokenizer
 from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups
@@ -293,3 +300,54 @@ def test_evaluate_reports_simple_and_parallel_accuracy(tmp_path, tokenizer_dir, 
     assert "simple accuracy" in printed  # the metrics table
     assert len(samples) == 8
     assert all(s["correct"] is (not s["parallel"]) for s in samples)
+
+
+def test_serve_sends_scored_groups_to_the_api(tmp_path, tokenizer_dir, api):
+    registration = {
+        "wandb_group": "g",
+        "wandb_project": "p",
+        "batch_size": 8,
+        "max_token_len": 4096,
+        "checkpoint_dir": str(tmp_path / "ckpt"),
+        "save_checkpoint_interval": -1,
+        "starting_step": 0,
+        "num_steps": 100,
+    }
+    requests.post(
+        f"{api.url}/register", json=registration, headers=api.headers(), timeout=10
+    ).raise_for_status()
+    requests.get(f"{api.url}/batch", headers=api.headers(), timeout=10).raise_for_status()
+    with launch_scripted_server(respond=mixed_responder, tokenizer=tokenizer_dir) as server:
+        proc = subprocess.Popen(
+            [
+                sys.executable, str(ENVIRONMENTS / "tool_calling_server.py"), "serve",
+                "--env.dataset_path", str(SAMPLE),
+                "--env.tokenizer_name", str(tokenizer_dir),
+                "--env.rollout_server_url", api.url,
+                "--env.group_size", "4",
+                "--env.max_token_length", "2048",
+                "--env.use_wandb", "false",
+                "--openai.base_url", server.base_url,
+                "--openai.model_name", "scripted-model",
+                "--openai.server_type", "vllm",
+            ],
+            cwd=tmp_path,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / "env.log", "w"),
+        )  # fmt: skip
+        try:
+            recent = wait_for(
+                lambda: requests.get(f"{api.url}/inspect/recent", headers=api.headers(), timeout=5).json()[
+                    "groups"
+                ],
+                120,
+                0.5,
+                "a scored group",
+            )
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=60)
+    log = (tmp_path / "env.log").read_text()
+    assert code == 0, log[-3000:]
+    assert sorted(recent[0]["group"]["scores"]) == [-1.0, -1.0, 1.0, 1.0]
