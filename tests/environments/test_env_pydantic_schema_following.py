@@ -1,0 +1,255 @@
+"""The schema-following environment: models rebuilt without running their source, JSON extraction, scoring,
+data loading, ``process`` and ``evaluate``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from atroposlib.envs.base import APIServerConfig
+from atroposlib.envs.data_loading import DatasetError
+from atroposlib.utils.pydantic_source import UnsupportedSource, model_from_source
+from environments.pydantic_schema_following_environment import (
+    PydanticEnvConfig,
+    PydanticSchemaFollowingEnv,
+    extract_json,
+    score_reply,
+    target_for,
+)
+from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.fixtures.single_turn_runs import (
+    OFFLINE,
+    check_group,
+    evaluate_metrics,
+    process_groups,
+    prompt_text,
+)
+
+SAMPLE = FIXTURES / "pydantic_schema_sample.jsonl"
+ROWS = {row["problem_id"]: row for row in read_jsonl(SAMPLE)}
+TARGETS = {pid: target_for(row["verification_info"]) for pid, row in ROWS.items()}
+
+VALID = {
+    "schema-1": {"title": "Moby-Dick", "author": "Herman Melville", "year": 1851},
+    "schema-2": {
+        "order_id": 7,
+        "email": "ana@example.com",
+        "placed": "2024-03-05",
+        "lines": [{"sku": "ABC-123", "quantity": 2}],
+    },  # fmt: skip
+    "schema-3": {"x": 3, "y": 4.0},
+    "schema-4": {"city": "Paris", "population": 2102650},
+    "schema-5": {"username": "dev_kim", "age": 29},
+}
+INVALID = {
+    "schema-1": {"title": "Moby-Dick", "author": "Herman Melville", "year": 1200},
+    "schema-2": {"order_id": 7, "email": "ana@example.com", "placed": "2024-03-05", "lines": [], "x": 1},
+    "schema-3": {"x": 3, "y": 4, "unit": "miles"},
+    "schema-4": {"city": "Paris", "population": -1},
+    "schema-5": {"username": "Dev Kim!", "age": 29},
+}
+
+
+def _fenced(value) -> str:
+    return f"```json\n{json.dumps(value)}\n```"
+
+
+# ------------------------------------------------------------------------------------------- model source
+def test_model_source_is_rebuilt_not_executed(tmp_path):
+    marker = tmp_path / "ran"
+    source = f"""
+from pydantic import BaseModel, Field, field_validator
+class Note(BaseModel):
+    text: str = Field(max_length=5)
+
+    @field_validator("text")
+    def touch(cls, value):
+        open({str(marker)!r}, "w").write("code ran")
+        return value
+"""
+    model = model_from_source(source, "Note")
+    assert model.model_validate_json('{"text": "hi"}').text == "hi"
+    assert not marker.exists()  # validator bodies are code: never run
+    with pytest.raises(Exception):
+        model.model_validate_json('{"text": "far too long"}')
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("import os\nos.system('touch /tmp/x')", "unsupported top-level statement"),
+        ("from pydantic import BaseModel\nclass A(BaseModel):\n    x: int = compute()", "not a literal"),
+        (
+            "from pydantic import BaseModel\nclass A(BaseModel):\n    x: 'B'\nclass B(BaseModel):\n    y: int",
+            "unknown type B",
+        ),
+        ("class A:\n    x = 1", "neither a BaseModel nor an Enum"),
+        (
+            "from pydantic import BaseModel\nclass A(BaseModel):\n    x: int\n    print('hi')",
+            "unsupported statement",
+        ),
+        ("class A(BaseModel)\n", "not valid Python"),
+        ("from pydantic import BaseModel\nclass B(BaseModel):\n    x: int", "no model named 'A'"),
+        (
+            "from pydantic import BaseModel, Field\nclass A(BaseModel):\n    x: int = Field(default_factory=make)",
+            "default_factory",
+        ),
+    ],
+)
+def test_unsupported_source(source, message):
+    with pytest.raises(UnsupportedSource, match=message):
+        model_from_source(source, "A")
+
+
+def test_rebuilt_models_keep_types_constraints_and_config():
+    order = TARGETS["schema-2"].model
+    parsed = order.model_validate_json(json.dumps(VALID["schema-2"]))
+    assert parsed.status.value == "pending" and str(parsed.placed) == "2024-03-05"
+    assert not TARGETS["schema-2"].accepts(json.dumps({**VALID["schema-2"], "extra": 1}))  # extra="forbid"
+    assert not TARGETS["schema-2"].accepts(json.dumps({**VALID["schema-2"], "email": "not-an-email"}))
+    assert not TARGETS["schema-2"].accepts(
+        json.dumps({**VALID["schema-2"], "lines": [{"sku": "abc", "quantity": 1}]})
+    )
+
+
+# ------------------------------------------------------------------------------------------- scoring
+@pytest.mark.parametrize("pid", sorted(VALID))
+def test_valid_and_invalid_json_per_row(pid):
+    assert score_reply(_fenced(VALID[pid]), TARGETS[pid]) == 1.0
+    assert score_reply(_fenced(INVALID[pid]), TARGETS[pid]) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ('```json\n{"x": 3, "y": 4}\n```', 1.0),
+        ('<think>east is x</think>Here it is:\n```json\n{"y": 4, "x": 3.0}\n```', 1.0),  # key order, 3 = 3.0
+        ('```\n{"x": 3, "y": 4}\n```', 1.0),  # an untagged fence
+        ('<json_output>{"x": 3, "y": 4, "unit": "km"}</json_output>', 1.0),  # the original's tags
+        ('{"x": 3, "y": 4}', 1.0),  # the whole answer is JSON
+        ('```json\n{"x": 3, "y": 4}\n```\nSame again: ```json\n{"y": 4, "x": 3}\n```', 1.0),
+        ('```json\n{"x": "three", "y": 4}\n```', 0.0),  # wrong type
+        ('```json\n{"x": 3}\n```', 0.0),  # missing field
+        ('```json\n{"x": 3, "y": 4,}\n```', 0.0),  # malformed JSON
+        ('<think>```json\n{"x": 3, "y": 4}\n```</think>I cannot say.', 0.0),  # only inside the reasoning
+        ('```json\n{"x": 3, "y": 4}\n```\nor ```json\n{"x": 4, "y": 3}\n```', 0.0),  # several answers
+        ('The point is {"x": 3, "y": 4}.', 0.0),  # prose around bare JSON
+        ('<think>open ```json\n{"x": 3, "y": 4}\n```', 0.0),  # unclosed reasoning
+        ("", 0.0),
+    ],
+)
+def test_reply_forms(reply, expected):
+    assert score_reply(reply, TARGETS["schema-3"]) == expected
+
+
+def test_extract_json():
+    assert extract_json('<think>x</think>\n{"a": 1}\n') == '{"a": 1}'
+    assert extract_json("```json\n[1, 2]\n```") == "[1, 2]"
+    assert extract_json("no json here") is None
+
+
+# ------------------------------------------------------------------------------------------- data
+def _env(tiny_model_dir, **overrides) -> PydanticSchemaFollowingEnv:
+    config = PydanticEnvConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False, **overrides)
+    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
+    return PydanticSchemaFollowingEnv(config, server)
+
+
+async def test_local_rows_and_held_out_split(tiny_model_dir):
+    env = _env(tiny_model_dir, dataset_path=str(SAMPLE), eval_fraction=0.2)
+    await env.setup()
+    assert len(env.test_items) == 1 and len(env.train_items) == 4
+    ids = {i.problem_id for i in env.train_items + env.test_items}
+    assert ids == set(ROWS)
+
+
+def _write(tmp_path, rows) -> str:
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+async def test_unsupported_rows_are_skipped_with_a_warning(tiny_model_dir, tmp_path, caplog):
+    bad = {
+        "prompt": "p",
+        "verification_info": json.dumps({"pydantic_config": "import os\nos.remove('x')", "model_name": "A"}),
+    }
+    env = _env(tiny_model_dir, dataset_path=_write(tmp_path, [bad, *ROWS.values()]))
+    await env.setup()
+    assert len(env.train_items) + len(env.test_items) == 5
+    assert "skipped 1 of 6 rows" in caplog.text and "row 0" in caplog.text
+    only_bad = _env(tiny_model_dir, dataset_path=_write(tmp_path, [bad]))
+    with pytest.raises(DatasetError, match="no usable rows"):
+        await only_bad.setup()
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([{"prompt": "p"}], "row 0: missing field 'verification_info'"),
+        ([{"prompt": "p", "verification_info": "{not json"}], "row 0: field 'verification_info': .*not JSON"),
+        ([{"prompt": "p", "verification_info": {"model_name": "A"}}], "needs pydantic_config and model_name"),
+        ([{"prompt": "p", "verification_info": {"json_schema": {"type": 5}}}], "not a valid JSON Schema"),
+        ([], "no rows"),
+    ],
+)
+async def test_bad_local_files(tiny_model_dir, tmp_path, rows, message):
+    path = _write(tmp_path, rows)
+    env = _env(tiny_model_dir, dataset_path=path)
+    with pytest.raises(DatasetError, match=message) as error:
+        await env.setup()
+    assert path in str(error.value)
+
+
+async def test_hub_is_the_default(tiny_model_dir, monkeypatch):
+    for key, value in OFFLINE.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(DatasetError, match="justus27/pydantic-adherance-test: cannot load from the hub"):
+        await _env(tiny_model_dir).setup()
+
+
+# ------------------------------------------------------------------------------------------- runs
+def _responder():
+    """Valid JSON for even choice indices, JSON breaking the schema for odd ones."""
+    prompts = {row["prompt"].split("\n")[0]: pid for pid, row in ROWS.items()}
+
+    def respond(prompt, index):
+        text = prompt_text(prompt)
+        pid = next((p for first_line, p in prompts.items() if first_line in text), None)
+        if pid is None:
+            return "no idea"
+        value = VALID[pid] if index % 2 == 0 else INVALID[pid]
+        return f"<think>Filling in every field.</think>{_fenced(value)}"
+
+    return respond
+
+
+def test_process_with_a_local_file(tmp_path, tiny_model_dir):
+    groups = process_groups(
+        ENVIRONMENTS / "pydantic_schema_following_environment.py",
+        ["process", "--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
+         "--env.max_tokens", "200"],
+        _responder(),
+        tiny_model_dir,
+        tmp_path,
+        "pydantic_schema_following",
+    )  # fmt: skip
+    assert len(groups) == 3
+    for group in groups:
+        check_group(group, 2)
+        assert sorted(group["scores"]) == [0.0, 1.0]
+
+
+def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):
+    metrics, samples, out = evaluate_metrics(
+        PydanticSchemaFollowingEnv,
+        ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE, "--env.max_tokens", "200"],
+        _responder(),
+        tiny_model_dir,
+        tmp_path,
+        capsys,
+    )  # fmt: skip
+    assert metrics["eval/percent_correct"] == 1.0
+    assert len(samples) == 5 and {s["problem_id"] for s in samples} == set(ROWS)
+    assert "pydantic_schema_following evaluation: percent_correct=1.0000" in out
