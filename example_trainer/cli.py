@@ -110,11 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add(g, "lora_target_modules", nargs="+")
     _add(g, "lora_layer_indices")
 
-    g = parser.add_argument_group("distributed (accepted for compatibility; unused)")
+    g = parser.add_argument_group("distributed (torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; see SLURM.md)")
     _add(g, "trainer_rank", type=int)
     _add(g, "world_size", type=int)
     _add(g, "init_method")
+    _add(g, "distributed_backend", choices=["auto", "nccl", "gloo"])
+    _add(g, "distributed_timeout", type=float)
     _add(g, "num_inference_nodes", type=int)
+    _add(g, "inference_server_urls", nargs="+", metavar="URL")
 
     g = parser.add_argument_group("atropos")
     _add(g, "atropos_url")

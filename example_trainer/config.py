@@ -113,10 +113,19 @@ class TrainingConfig(BaseModel):
     # --- mode / layers / LoRA ------------------------------------------------------------------
     weight_bridge_mode: WeightBridgeMode = Field("none", description="how new weights reach vLLM")
     train_layer_indices: list[int] | None = Field(None, description='train only these layers, e.g. "20-31"')
-    trainer_rank: int = Field(0, ge=0, description="unused (kept for compatibility)")
-    world_size: int = Field(1, ge=1, description="unused (kept for compatibility)")
-    init_method: str = Field("env://", description="unused (kept for compatibility)")
-    num_inference_nodes: int = Field(0, description="unused (kept for compatibility)")
+    trainer_rank: int = Field(0, ge=0, description="rank of this trainer process ($RANK wins when set)")
+    world_size: int = Field(
+        1, ge=1, description="trainer processes in the data-parallel group ($WORLD_SIZE wins when set)"
+    )
+    init_method: str = Field(
+        "env://", description="torch.distributed init method (env:// reads MASTER_ADDR/MASTER_PORT)"
+    )
+    num_inference_nodes: int = Field(
+        0,
+        ge=0,
+        description="refresh the inference servers on the last N nodes of the SLURM allocation "
+        "(discovered like the environments' --slurm) instead of starting a local vLLM; 0: off",
+    )
     lora_r: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
     lora_dropout: float = Field(0.05, ge=0, lt=1)
@@ -152,6 +161,18 @@ class TrainingConfig(BaseModel):
     plot_path: str | None = Field(
         None, description="PNG of reward/accuracy (default <save_path>/training_curves.png)"
     )
+    inference_server_urls: list[str] | None = Field(
+        None,
+        description="inference servers (base URLs) refreshed from each checkpoint instead of starting a local "
+        "vLLM: full weights via /bridge/update_weights, adapters via LoRA hot-swap; checkpoints must be on a "
+        "filesystem the servers can read",
+    )
+    distributed_backend: Literal["auto", "nccl", "gloo"] = Field(
+        "auto", description="process-group backend (auto: nccl on CUDA, gloo on CPU)"
+    )
+    distributed_timeout: float = Field(
+        1800.0, gt=0, description="seconds a collective may wait (checkpoint writes, slow batches)"
+    )
 
     @field_validator("train_layer_indices", "lora_layer_indices", mode="before")
     @classmethod
@@ -172,10 +193,26 @@ class TrainingConfig(BaseModel):
             raise ValueError(f"unknown device {value!r} (expected cpu, cuda or cuda:N)")
         return value
 
+    @field_validator("inference_server_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part for part in value.replace(",", " ").split() if part]
+        if isinstance(value, list | tuple):
+            for url in value:
+                if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                    raise ValueError(
+                        f"inference server URLs must start with http:// or https://, got {url!r}"
+                    )
+            return [url.rstrip("/") for url in value] or None
+        return value
+
     @model_validator(mode="after")
     def _check_modes(self) -> TrainingConfig:
         if self.weight_bridge_mode not in ("lora_only", "lora_restart") and self.lora_layer_indices:
             raise ValueError("lora_layer_indices needs --weight-bridge-mode lora_only or lora_restart")
+        if self.inference_server_urls and self.num_inference_nodes > 0:
+            raise ValueError("give either inference_server_urls or num_inference_nodes, not both")
         return self
 
     # --- derived values ------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 
@@ -23,12 +24,18 @@ from example_trainer.config import TrainingConfig
 PROG = "atropos-grpo"
 
 
+#: Signals closer together than this count as one: under SLURM and ``torchrun`` a trainer process gets the
+#: same SIGTERM from the job step and again from the launcher forwarding it.
+DUPLICATE_SIGNAL_S = 2.0
+
+
 class StopFlag:
-    """Set by the first SIGINT/SIGTERM: the loop finishes its step, checkpoints and exits. A second
-    signal aborts at once."""
+    """Set by the first SIGINT/SIGTERM: the loop finishes its step, checkpoints and exits. Another signal
+    more than :data:`DUPLICATE_SIGNAL_S` seconds later aborts at once."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self._first_at: float | None = None
 
     def __call__(self) -> bool:
         return self.event.is_set()
@@ -40,8 +47,12 @@ class StopFlag:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
         if self.event.is_set():
+            if self._first_at is not None and now - self._first_at < DUPLICATE_SIGNAL_S:
+                return
             raise KeyboardInterrupt
+        self._first_at = now
         self.event.set()
         logging.getLogger(PROG).warning(
             "%s received: finishing the current step, saving a checkpoint and stopping (again to abort)",
@@ -90,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         plain = isinstance(exc, AtroposApiError | FileNotFoundError | ValueError)
         return _fail(str(exc) if plain else f"{type(exc).__name__}: {exc}", 1)
+    if result.rank != 0:
+        return 0
     where = f"; final checkpoint {result.final_checkpoint}" if result.final_checkpoint else ""
     state = "stopped" if result.stopped_early else "finished"
     print(f"{PROG}: {state} at step {result.step}/{config.training_steps}{where}", file=sys.stderr)

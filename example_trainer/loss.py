@@ -60,7 +60,7 @@ def compute_grpo_loss(
     temperatures: torch.Tensor | None,
     inference_logprobs: torch.Tensor | None,
     clip_eps: float = 0.2,
-    gradient_accumulation_steps: int = 1,
+    gradient_accumulation_steps: float = 1,
     kl_coef: float = 0.0,
     ref_logprobs: torch.Tensor | None = None,
 ) -> LossOutput:
@@ -89,7 +89,8 @@ def compute_grpo_loss(
 
     where ``beta = kl_coef``, ``rho`` the reference log-probability (the k3 estimator of KL(pi || ref),
     unbiased and always >= 0) and ``G = gradient_accumulation_steps``: a token mean per sequence, a mean
-    over sequences, and scaling for gradient accumulation.
+    over sequences, and scaling for gradient accumulation (``G`` may be fractional: the trainer passes
+    ``N / B`` so that every sequence of an ``N``-sequence batch weighs ``1 / N``).
 
     This is standard PPO clipping for both signs of the advantage: the pessimistic (smaller) of the
     clipped and unclipped objectives. For ``A < 0`` the gradient vanishes once ``r < 1 - eps`` (the

@@ -43,6 +43,16 @@ from example_trainer.checkpointing import (
 )
 from example_trainer.config import TrainingConfig
 from example_trainer.data import prepare_batch, split_stale_groups
+from example_trainer.distributed import (
+    BatchChannel,
+    DistContext,
+    barrier,
+    broadcast_object,
+    init_distributed,
+    shutdown_distributed,
+    unwrap_model,
+    wrap_model,
+)
 from example_trainer.model import load_model_and_tokenizer, load_reference_model, trainable_parameters
 from example_trainer.reporting import RunLogger, plot_training_curves
 from example_trainer.training import create_optimizer, run_training_step
@@ -73,21 +83,27 @@ class TrainingResult:
     history: list[dict[str, Any]] = field(default_factory=list)  #: metrics of the steps of this run
     eval_history: list[dict[str, Any]] = field(default_factory=list)
     stopped_early: bool = False
+    rank: int = 0  #: this process's rank (only rank 0's result carries metrics)
 
 
 class InferenceSync:
-    """Keeps the vLLM server in step with training, through ``example_trainer.vllm_manager``.
+    """Keeps the inference servers in step with training.
 
-    The manager owns the server process (its log, health wait, one automatic restart after a crash).
-    In ``lora_only`` mode an inference server that is already running on ``--vllm-port`` (the
-    original's set-up: started by the user with ``--enable-lora``) is used as it is: adapters are
-    hot-swapped into it and it is left running at the end.
+    * Local (default): one vLLM process owned by ``example_trainer.vllm_manager`` (its log, health wait,
+      one automatic restart after a crash). In ``lora_only`` mode an inference server that is already
+      running on ``--vllm-port`` (the original's set-up: started by the user with ``--enable-lora``) is
+      used as it is: adapters are hot-swapped into it and it is left running at the end.
+    * Remote (``--inference-server-urls``, or ``--num-inference-nodes`` on SLURM): servers started
+      elsewhere (``scripts/slurm/``) are refreshed from each checkpoint, all at once: full weights through
+      ``POST /bridge/update_weights`` (``example_trainer.vllm_api_server``), adapters by LoRA hot-swap.
+      The checkpoint directory must be readable by the servers (a shared filesystem).
     """
 
     def __init__(self, config: TrainingConfig) -> None:
         self.config = config
         self.manager: Any = None
         self.external_url: str | None = None
+        self.remote_urls: list[str] = []
         self.active = config.use_vllm
 
     @property
@@ -101,6 +117,13 @@ class InferenceSync:
 
     def start(self, model_path: str, adapter_dir: Path | None = None) -> None:
         if not self.active:
+            return
+        remote = remote_inference_urls(self.config)
+        if remote:
+            self.remote_urls = [_root_url(url) for url in remote]
+            logger.info("refreshing %d remote inference server(s): %s", len(remote), ", ".join(remote))
+            if adapter_dir is not None:
+                self._refresh_remote(adapter_dir, adapter_dir.name)
             return
         if self.config.weight_bridge_mode == "lora_only" and _healthy(self.root_url):
             logger.info("using the inference server already running at %s", self.root_url)
@@ -122,6 +145,10 @@ class InferenceSync:
 
     def refresh(self, checkpoint_dir: Path, step: int) -> float:
         """Make the server serve ``checkpoint_dir`` (weights or adapter); returns the seconds it took."""
+        if self.remote_urls:
+            start = time.perf_counter()
+            self._refresh_remote(checkpoint_dir, f"step_{step}")
+            return time.perf_counter() - start
         if self.external_url is not None:
             start = time.perf_counter()
             _hot_swap(self.external_url, checkpoint_dir, f"step_{step}")
@@ -130,12 +157,54 @@ class InferenceSync:
             return 0.0
         return float(self.manager.refresh(str(checkpoint_dir), step))
 
+    def _refresh_remote(self, checkpoint_dir: Path, name: str) -> None:
+        """Load ``checkpoint_dir`` into every remote server in parallel; raises naming each failure."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from example_trainer.weight_refresh import request_weight_update
+
+        def one(url: str) -> str | None:
+            try:
+                if self.config.is_lora:
+                    _hot_swap(url, checkpoint_dir, name)
+                else:
+                    request_weight_update(url, checkpoint_dir, timeout=self.config.vllm_startup_timeout)
+            except Exception as exc:  # noqa: BLE001 - collected and reported together
+                return f"{url}: {exc}"
+            return None
+
+        with ThreadPoolExecutor(max_workers=min(32, len(self.remote_urls))) as pool:
+            failures = [f for f in pool.map(one, self.remote_urls) if f]
+        if failures:
+            raise RuntimeError(
+                f"{len(failures)} of {len(self.remote_urls)} inference server(s) did not take "
+                f"{checkpoint_dir}: " + "; ".join(failures)
+            )
+
     def stop(self) -> None:
         if self.manager is not None:
             try:
                 self.manager.stop()
             finally:
                 self.manager = None
+
+
+def remote_inference_urls(config: TrainingConfig) -> list[str]:
+    """The remote servers to refresh: ``--inference-server-urls``, or the servers of the last
+    ``--num-inference-nodes`` nodes of the SLURM allocation; [] for a local vLLM."""
+    if config.inference_server_urls:
+        return list(config.inference_server_urls)
+    if config.num_inference_nodes > 0:
+        from atroposlib.envs.server_handling.slurm_discovery import trailing_nodes_inference_urls
+
+        return trailing_nodes_inference_urls(config.num_inference_nodes)
+    return []
+
+
+def _root_url(url: str) -> str:
+    """``http://host:port/v1`` -> ``http://host:port`` (the server's own routes live at the root)."""
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
 def _healthy(root_url: str) -> bool:
@@ -202,6 +271,18 @@ def _reconcile_with_api(client: AtroposClient, step: int, resumed: bool) -> dict
     return {"api_step_at_start": api_step, "replayed_batches_at_start": replayed}
 
 
+class _NoLogger:
+    """Stands in for :class:`RunLogger` on ranks other than 0 (they write nothing)."""
+
+    run_id = None
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        return None
+
+    def finish(self) -> None:
+        return None
+
+
 def train(
     config: TrainingConfig,
     eval_hook: EvalHook | None = None,
@@ -212,19 +293,42 @@ def train(
     ``should_stop()`` is polled between steps and while waiting for batches (e.g. set by SIGINT); the run
     then saves a checkpoint of the last completed step and returns with ``stopped_early``.
 
+    Under ``torchrun`` (or ``--world-size N``) the processes train data-parallel: rank 0 alone talks to the
+    API, refreshes the inference servers, writes checkpoints and metrics, and broadcasts each batch; every
+    rank trains its shard (see :mod:`example_trainer.distributed`). Only rank 0's ``should_stop`` and
+    ``eval_hook`` are used; its result has the metrics, the other ranks' results have none.
+
     Raises:
         NotImplementedError: ``weight_bridge_mode == "shared_vllm"``.
         AtroposApiError: the API is unreachable (after bounded retries) or rejects the trainer.
         OSError / ValueError: the model or a checkpoint cannot be loaded, or the config does not fit the model.
+        DistributedConfigError: launcher variables and flags disagree.
     """
     if config.weight_bridge_mode == "shared_vllm":
         raise NotImplementedError(SHARED_VLLM_UNAVAILABLE)
+    ctx = init_distributed(config)
+    try:
+        return _train(config.model_copy(update={"device": ctx.device}), ctx, eval_hook, should_stop)
+    finally:
+        shutdown_distributed(ctx)
+
+
+def _train(
+    config: TrainingConfig,
+    ctx: DistContext,
+    eval_hook: EvalHook | None,
+    should_stop: Callable[[], bool] | None,
+) -> TrainingResult:
     should_stop = should_stop or (lambda: False)
     lora = config.is_lora
+    main = ctx.is_main
 
-    resume_dir = resolve_resume_path(config.resume, config.save_path)
-    client = AtroposClient.from_config(config)
-    client.wait_until_ready(config.api_timeout)  # before the (slow) model load: fail fast
+    client = AtroposClient.from_config(config) if main else None
+    resume_dir: Path | None = None
+    if main:
+        resume_dir = resolve_resume_path(config.resume, config.save_path)
+        client.wait_until_ready(config.api_timeout)  # before the (slow) model load: fail fast
+    resume_dir = broadcast_object(ctx, resume_dir)  # every rank loads what rank 0 found
     seed_everything(config.seed)
     model, tokenizer = _load_model(config, resume_dir)
     optimizer = create_optimizer(trainable_parameters(model), config)
@@ -234,13 +338,20 @@ def train(
         start_step, extra = state.step, state.extra
         logger.info("loaded checkpoint %s (step %d)", resume_dir, start_step)
     ref_model = load_reference_model(config) if config.kl_coef > 0 and not lora else None
+    model = wrap_model(model, ctx)
+    channel = BatchChannel(ctx)
 
-    client.register(config, starting_step=start_step)
-    api_info = _reconcile_with_api(client, start_step, resume_dir is not None)
+    api_info: dict[str, Any] = {}
+    if main:
+        client.register(config, starting_step=start_step)
+        api_info = _reconcile_with_api(client, start_step, resume_dir is not None)
 
-    run_log = RunLogger(config, resume_run_id=extra.get("wandb_run_id"))
+    run_log: Any = RunLogger(config, resume_run_id=extra.get("wandb_run_id")) if main else _NoLogger()
     inference = InferenceSync(config)
-    result = TrainingResult(step=start_step, start_step=start_step, final_checkpoint=None, plot_path=None)
+    inference.active = inference.active and main
+    result = TrainingResult(
+        step=start_step, start_step=start_step, final_checkpoint=None, plot_path=None, rank=ctx.rank
+    )
     if start_step >= config.training_steps:
         logger.info("checkpoint %s already has %d steps: nothing to train", resume_dir, start_step)
         result.final_checkpoint = resume_dir
@@ -248,7 +359,7 @@ def train(
         return result
 
     def run_eval(step: int, model_dir: Path | None) -> None:
-        if eval_hook is None:
+        if eval_hook is None or not main:
             return
         metrics = eval_hook(step, model_dir) or {}
         record = {f"eval/{k}": float(v) for k, v in metrics.items()}
@@ -257,32 +368,22 @@ def train(
             result.eval_history.append({"step": step, **record})
 
     def checkpoint(step: int, final: bool) -> Path:
-        return save_checkpoint(
-            model, tokenizer, optimizer, config, step, final=final,
-            extra={**api_info, "wandb_run_id": run_log.run_id},
-        )  # fmt: skip
+        """Rank 0 writes; every rank waits until the checkpoint is complete."""
+        target = checkpoint_dir_for(config, step, final)
+        if main:
+            target = save_checkpoint(
+                unwrap_model(model), tokenizer, optimizer, config, step, final=final,
+                extra={**api_info, "wandb_run_id": run_log.run_id},
+            )  # fmt: skip
+        barrier(ctx)
+        return target
 
-    from tqdm.auto import tqdm
-
-    pending_acks: list[int] = []
-    last_saved = start_step if resume_dir is not None else -1
-    step = start_step
-    progress = tqdm(
-        total=config.training_steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True
-    )
-    try:
-        # --- inference server start ---------------------------------------------------------------
-        initial_model = str(resume_dir) if (resume_dir is not None and not lora) else config.model_name
-        initial_adapter = None
-        if config.weight_bridge_mode == "lora_restart" and inference.active:
-            initial_adapter = resume_dir or checkpoint(0, final=False)
-        inference.start(initial_model, initial_adapter)
-        if start_step == 0:
-            run_eval(0, None)
-
-        while step < config.training_steps and not should_stop():
+    def next_batch() -> tuple[int | None, list[dict[str, Any]] | None, Any]:
+        """Rank 0: (batch_id, fresh groups, prepared batch), or Nones to stop; acks batches with no fresh
+        groups itself."""
+        while not should_stop():
             progress.set_postfix_str("waiting for a batch", refresh=True)
-            batch_id, groups = client.wait_for_batch(should_stop=should_stop)
+            batch_id, groups = client.wait_for_batch(should_stop=should_stop, on_wait=channel.heartbeat)
             if groups is None:
                 break
             fresh, stale = split_stale_groups(groups, step, config.max_staleness)
@@ -293,14 +394,55 @@ def train(
                     client.ack(batch_id)
                 continue
             inference.check()
-            prepared = prepare_batch(fresh, config.batch_size)
-            metrics = run_training_step(model, optimizer, prepared, config, step, ref_model)
+            return batch_id, stale, prepare_batch(fresh, config.batch_size)
+        return None, None, None
+
+    from tqdm.auto import tqdm
+
+    pending_acks: list[int] = []
+    last_saved = start_step if resume_dir is not None else -1
+    step = start_step
+    progress = tqdm(
+        total=config.training_steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True,
+        disable=not main,
+    )  # fmt: skip
+    stop_sent = False
+    try:
+        # --- inference server start ---------------------------------------------------------------
+        initial_model = str(resume_dir) if (resume_dir is not None and not lora) else config.model_name
+        initial_adapter = None
+        if config.weight_bridge_mode == "lora_restart" and config.use_vllm:  # the same on every rank
+            initial_adapter = resume_dir or checkpoint(0, final=False)
+        inference.start(initial_model, initial_adapter)
+        if start_step == 0:
+            run_eval(0, None)
+
+        while step < config.training_steps:
+            batch_id: int | None = None
+            stale: list[Any] = []
+            if main:
+                try:
+                    batch_id, stale, prepared = next_batch()
+                except BaseException:
+                    channel.send_stop()
+                    stop_sent = True
+                    raise
+                if prepared is None:
+                    channel.send_stop()
+                    stop_sent = True
+                    break
+                prepared = channel.send_batch(prepared)
+            else:
+                prepared = channel.receive()
+                if prepared is None:
+                    break
+            metrics = run_training_step(model, optimizer, prepared, config, step, ref_model, dist=ctx)
             step += 1
             if batch_id is not None:
                 pending_acks.append(batch_id)
 
             final = step == config.training_steps
-            refresh_due = inference.active and (step % config.vllm_restart_interval == 0 or final)
+            refresh_due = config.use_vllm and (step % config.vllm_restart_interval == 0 or final)
             ckpt_due = (
                 final
                 or refresh_due
@@ -310,17 +452,18 @@ def train(
             if ckpt_due:
                 saved = checkpoint(step, final)
                 last_saved = step
-            if ckpt_due or config.checkpoint_interval == 0:
+            if main and (ckpt_due or config.checkpoint_interval == 0):
                 for bid in pending_acks:
                     client.ack(bid)
                 pending_acks.clear()
 
             record = {f"train/{k}": v for k, v in metrics.items()}
             record.update({"train/stale_groups": float(len(stale)), "train/batch_id": batch_id})
-            if refresh_due and saved is not None:
+            if refresh_due and saved is not None and inference.active:
                 record["train/refresh_s"] = inference.refresh(saved, step)
             run_log.log(step, record)
-            result.history.append({"step": step, **record})
+            if main:
+                result.history.append({"step": step, **record})
             progress.update(1)
             progress.set_postfix(
                 loss=f"{metrics['loss']:.4f}",
@@ -336,6 +479,8 @@ def train(
         result.step = step
         result.stopped_early = step < config.training_steps
         try:
+            if main and ctx.enabled and not stop_sent and step < config.training_steps:
+                channel.send_stop()  # a failure on rank 0 after a step: release the other ranks
             if step > last_saved and step > start_step:
                 # Interrupted (or failed) after completed steps: keep them.
                 result.final_checkpoint = checkpoint(step, final=False)
@@ -344,9 +489,10 @@ def train(
         finally:
             inference.stop()
             run_log.finish()
-            result.plot_path = plot_training_curves(
-                Path(config.save_path) / "metrics.jsonl", config.resolved_plot_path, max_step=step
-            )
+            if main:
+                result.plot_path = plot_training_curves(
+                    Path(config.save_path) / "metrics.jsonl", config.resolved_plot_path, max_step=step
+                )
     return result
 
 

@@ -10,7 +10,14 @@ from typing import Any
 import torch
 
 from example_trainer.config import TrainingConfig
-from example_trainer.data import IGNORE_INDEX, PreparedBatch
+from example_trainer.data import IGNORE_INDEX, MicroBatch, PreparedBatch
+from example_trainer.distributed import (
+    DistContext,
+    gather_step_sums,
+    local_micro_batches,
+    no_sync,
+    unwrap_model,
+)
 from example_trainer.loss import compute_grpo_loss, token_logprobs
 
 logger = logging.getLogger(__name__)
@@ -107,6 +114,12 @@ def _reference_logprobs(
         return token_logprobs(logits, labels, temperatures)
 
 
+def _participate(model: Any, device: str) -> None:
+    """A zero-weight forward/backward, so a rank with nothing to train still joins gradient sync."""
+    tokens = torch.zeros((1, 1), dtype=torch.long, device=device)
+    (forward_logits(model, tokens, 1).sum() * 0.0).backward()
+
+
 def run_training_step(
     model: Any,
     optimizer: torch.optim.Optimizer,
@@ -114,53 +127,66 @@ def run_training_step(
     config: TrainingConfig,
     step: int,
     ref_model: Any | None = None,
+    dist: DistContext | None = None,
 ) -> dict[str, float]:
     """Train on one API batch and take one optimizer step; returns averaged metrics.
 
-    ``step`` is the 0-based index of this optimizer step (it sets the warmup LR). The loss of each
-    micro-batch is divided by the number of micro-batches, so the update is the same whatever the
-    micro-batch size. Gradients are clipped to ``config.max_grad_norm`` (1.0 by default).
+    ``step`` is the 0-based index of this optimizer step (it sets the warmup LR). Each sequence's loss
+    counts ``1 / N`` of the batch of ``N`` sequences, so the update is the same whatever the micro-batch
+    size. Gradients are clipped to ``config.max_grad_norm`` (1.0 by default).
+
+    With ``dist`` (several ranks; ``model`` wrapped by :func:`~example_trainer.distributed.wrap_model`),
+    ``batch`` is the global batch held by every rank: each rank trains its shard, gradients are averaged
+    once per step, and the metrics (loss included) describe the whole batch, as with one process.
 
     Each micro-batch only runs the columns up to its last trained position, and the LM head only on
     the columns from its first trained position: padding and prompt-only columns cost nothing, and the
     result is the same as on the full padded batch.
     """
+    ctx = dist or DistContext(device=config.device)
     lr = lr_at_step(step, config.lr, config.warmup_steps)
     for group in optimizer.param_groups:
         group["lr"] = lr
-    device = config.device
-    n_micro = len(batch.micro_batches)
+    device = ctx.device
+    micro: list[MicroBatch | None] = (
+        local_micro_batches(batch, ctx, config.batch_size) if ctx.enabled else list(batch.micro_batches)
+    )
+    n_global = batch.num_sequences
     sums: dict[str, float] = {}
     total_loss = 0.0
     start = time.perf_counter()
     computed = 0
-    for mb in batch.micro_batches:
-        window = trained_window(mb.labels)
-        if window is None:  # nothing to learn from this micro-batch
-            continue
-        first, end = window
-        keep = end - first
-        tokens = mb.tokens[:, :end].to(device, non_blocking=True)
-        labels = mb.labels[:, first:end].to(device, non_blocking=True)
-        advantages = mb.advantages if mb.advantages.shape[1] == 1 else mb.advantages[:, first:end]
-        lam = None if mb.inference_logprobs is None else mb.inference_logprobs[:, first:end].to(device)
-        temps = mb.temperatures.to(device)
-        ref_lp = None
-        if config.kl_coef > 0:
-            ref_lp = _reference_logprobs(model, ref_model, tokens, keep, labels, temps)
-        logits = forward_logits(model, tokens, keep)
-        out = compute_grpo_loss(
-            logits,
-            labels,
-            advantages.to(device),
-            temps,
-            lam,
-            clip_eps=config.clip_eps,
-            gradient_accumulation_steps=n_micro,
-            kl_coef=config.kl_coef,
-            ref_logprobs=ref_lp,
-        )
-        out.loss.backward()
+    for index, mb in enumerate(micro):
+        window = trained_window(mb.labels) if mb is not None else None
+        with no_sync(model, last=index == len(micro) - 1):
+            if mb is None or window is None:  # nothing to learn from this micro-batch
+                if ctx.enabled:
+                    _participate(model, device)
+                continue
+            first, end = window
+            keep = end - first
+            tokens = mb.tokens[:, :end].to(device, non_blocking=True)
+            labels = mb.labels[:, first:end].to(device, non_blocking=True)
+            advantages = mb.advantages if mb.advantages.shape[1] == 1 else mb.advantages[:, first:end]
+            lam = None if mb.inference_logprobs is None else mb.inference_logprobs[:, first:end].to(device)
+            temps = mb.temperatures.to(device)
+            ref_lp = None
+            if config.kl_coef > 0:
+                ref_lp = _reference_logprobs(unwrap_model(model), ref_model, tokens, keep, labels, temps)
+            logits = forward_logits(model, tokens, keep)
+            out = compute_grpo_loss(
+                logits,
+                labels,
+                advantages.to(device),
+                temps,
+                lam,
+                clip_eps=config.clip_eps,
+                # sequence weight 1/N; gradient averaging over ranks divides by the world size once more
+                gradient_accumulation_steps=n_global / (mb.num_sequences * ctx.world_size),
+                kl_coef=config.kl_coef,
+                ref_logprobs=ref_lp,
+            )
+            out.loss.backward()
         computed += 1
         total_loss += float(out.loss.detach())
         for key, value in out.metrics.items():
@@ -172,6 +198,7 @@ def run_training_step(
     optimizer.zero_grad(set_to_none=True)
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
+    sums, computed, total_loss = gather_step_sums(ctx, sums, computed, total_loss)
     elapsed = time.perf_counter() - start
 
     averaged = max(computed, 1)

@@ -28,6 +28,16 @@ def test_infer_tp_defaults_to_one():
     assert urls == [f"http://n2:{9000 + i}/v1" for i in range(8)]
 
 
+def test_gpus_per_node_sets_the_servers_per_node():
+    env = {"SLURM_JOB_NODELIST": "n[1-2]", "NUM_TRAINING_NODES": "1", "GPUS_PER_NODE": "4", "INFER_TP": "2"}
+    assert slurm_inference_urls(env, hostnames=hosts("n1", "n2")) == [
+        "http://n2:9000/v1",
+        "http://n2:9001/v1",
+    ]
+    with pytest.raises(SlurmDiscoveryError, match="INFER_TP=8 exceeds the 4 GPUs"):
+        slurm_inference_urls({**env, "INFER_TP": "8"}, hostnames=hosts("n1", "n2"))
+
+
 def test_single_node_returns_none():
     assert slurm_inference_urls({"SLURM_JOB_NODELIST": "n1"}, hostnames=hosts("n1")) is None
 

@@ -2,9 +2,10 @@
 
 Layout (as in atroposlib 0.4.0): the allocation's nodes, in ``scontrol show hostnames`` order, are
 training nodes first (``$NUM_TRAINING_NODES`` of them), then inference nodes. Each inference node
-runs ``8 // $INFER_TP`` servers on ports 9000, 9001, ... (``$INFER_TP`` = tensor-parallel size,
-default 1). A single-node allocation has no separate inference nodes (``None`` is returned and the
-caller falls back to its local defaults).
+runs ``$GPUS_PER_NODE // $INFER_TP`` servers on ports 9000, 9001, ... (``$INFER_TP`` = tensor-parallel
+size, default 1; ``$GPUS_PER_NODE`` default 8). A single-node allocation has no separate inference
+nodes (``None`` is returned and the caller falls back to its local defaults). The sbatch scripts of
+``scripts/slurm/`` start the servers by the same rules (``atroposlib.cli.slurm_roles``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,26 @@ def _int_env(environ: Mapping[str, str], name: str, default: Optional[int] = Non
     return value
 
 
+def gpus_per_node(environ: Optional[Mapping[str, str]] = None) -> int:
+    """``$GPUS_PER_NODE`` (default 8): the GPUs of each inference node."""
+    env = os.environ if environ is None else environ
+    return _int_env(env, "GPUS_PER_NODE", default=GPUS_PER_NODE, minimum=1)
+
+
+def infer_tp(environ: Optional[Mapping[str, str]] = None, gpus: int = GPUS_PER_NODE) -> int:
+    """``$INFER_TP`` (default 1), checked against the node's ``gpus``."""
+    env = os.environ if environ is None else environ
+    tp = _int_env(env, "INFER_TP", default=1, minimum=1)
+    if tp > gpus:
+        raise SlurmDiscoveryError(f"$INFER_TP={tp} exceeds the {gpus} GPUs of a node")
+    return tp
+
+
+def node_server_urls(nodes: list[str], tp: int, gpus: int = GPUS_PER_NODE) -> list[str]:
+    """``http://<node>:<9000+i>/v1`` for ``i < gpus // tp`` on every node, node by node."""
+    return [f"http://{node}:{FIRST_PORT + i}/v1" for node in nodes for i in range(gpus // tp)]
+
+
 def slurm_inference_urls(
     environ: Optional[Mapping[str, str]] = None,
     hostnames: Callable[[str], list[str]] = scontrol_hostnames,
@@ -70,15 +91,10 @@ def slurm_inference_urls(
 
     Returns None for a single-node allocation. Raises :class:`SlurmDiscoveryError` when
     ``$SLURM_JOB_NODELIST`` is missing, ``$NUM_TRAINING_NODES`` is missing or leaves no inference
-    node, or ``$INFER_TP`` is not an integer in 1..8.
+    node, or ``$INFER_TP`` is not an integer in 1..``$GPUS_PER_NODE``.
     """
     env = os.environ if environ is None else environ
-    nodelist = env.get("SLURM_JOB_NODELIST")
-    if not nodelist:
-        raise SlurmDiscoveryError(
-            "slurm is enabled but $SLURM_JOB_NODELIST is not set; run inside a SLURM job or pass --slurm false"
-        )
-    nodes = hostnames(nodelist)
+    nodes = _allocation_nodes(env, hostnames)
     if len(nodes) < 2:
         return None
     training = _int_env(env, "NUM_TRAINING_NODES")
@@ -86,8 +102,32 @@ def slurm_inference_urls(
         raise SlurmDiscoveryError(
             f"$NUM_TRAINING_NODES={training} leaves no inference node in a {len(nodes)}-node allocation"
         )
-    tp = _int_env(env, "INFER_TP", default=1, minimum=1)
-    if tp > GPUS_PER_NODE:
-        raise SlurmDiscoveryError(f"$INFER_TP={tp} exceeds the {GPUS_PER_NODE} GPUs of a node")
-    per_node = GPUS_PER_NODE // tp
-    return [f"http://{node}:{FIRST_PORT + i}/v1" for node in nodes[training:] for i in range(per_node)]
+    gpus = gpus_per_node(env)
+    return node_server_urls(nodes[training:], infer_tp(env, gpus), gpus)
+
+
+def trailing_nodes_inference_urls(
+    count: int,
+    environ: Optional[Mapping[str, str]] = None,
+    hostnames: Callable[[str], list[str]] = scontrol_hostnames,
+) -> list[str]:
+    """Base URLs of the servers on the last ``count`` nodes of the allocation (the trainer's
+    ``--num-inference-nodes``). Raises :class:`SlurmDiscoveryError` as :func:`slurm_inference_urls`
+    does, or when the allocation has ``count`` nodes or fewer (the trainer needs one of its own)."""
+    env = os.environ if environ is None else environ
+    nodes = _allocation_nodes(env, hostnames)
+    if count >= len(nodes):
+        raise SlurmDiscoveryError(
+            f"{count} inference node(s) leave no training node in a {len(nodes)}-node allocation"
+        )
+    gpus = gpus_per_node(env)
+    return node_server_urls(nodes[len(nodes) - count :], infer_tp(env, gpus), gpus)
+
+
+def _allocation_nodes(env: Mapping[str, str], hostnames: Callable[[str], list[str]]) -> list[str]:
+    nodelist = env.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        raise SlurmDiscoveryError(
+            "slurm is enabled but $SLURM_JOB_NODELIST is not set; run inside a SLURM job or pass --slurm false"
+        )
+    return hostnames(nodelist)
