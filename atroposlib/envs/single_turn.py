@@ -89,6 +89,10 @@ class SingleTurnEnv(BaseEnv):
     def on_group_scored(self, item: Any, scores: Sequence[float]) -> None:
         """Called with every training group's scores before uniform groups are dropped."""
 
+    def extra_eval_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+        """Metrics added to ``eval/percent_correct`` and ``eval/mean_score`` (e.g. per-category accuracy)."""
+        return {}
+
     # -- sampling ---------------------------------------------------------------------------------------
     @property
     def generation_budget(self) -> int:
@@ -174,6 +178,7 @@ class SingleTurnEnv(BaseEnv):
         metrics = {
             "eval/percent_correct": sum(1 for s in samples if s["correct"]) / len(samples),
             "eval/mean_score": sum(s["score"] for s in samples) / len(samples),
+            **self.extra_eval_metrics(samples),
         }
         print(
             f"{self.name} evaluation: percent_correct={metrics['eval/percent_correct']:.4f} "

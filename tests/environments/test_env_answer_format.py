@@ -1,0 +1,203 @@
+"""The answer-format environment: every format's detector, the once-and-no-other rule, data, process, evaluate."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from pydantic import ValidationError
+
+from atroposlib.envs.base import APIServerConfig
+from atroposlib.envs.data_loading import DatasetError
+from environments.answer_format_environment import (
+    FORMATS,
+    AnswerFormatEnv,
+    AnswerFormatEnvConfig,
+    answers_match,
+    formatted_answer,
+    gold_answer,
+    score_reply,
+)
+from tests.fixtures.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, read_jsonl
+from tests.fixtures.single_turn_runs import (
+    OFFLINE,
+    check_group,
+    evaluate_metrics,
+    process_groups,
+    prompt_text,
+)
+
+ALL = list(FORMATS)
+WRITTEN = {
+    "xml": "<answer>42</answer>",
+    "output_tags": "<output>42</output>",
+    "result_tags": "<result>42</result>",
+    "latex_boxed": "So the total is \\boxed{42}.",
+    "json": '{"answer": "42"}',
+    "markdown_code": "```\n42\n```",
+    "natural_language_final": "Adding up.\nFinal Answer: 42",
+    "natural_language_answer": "The answer is: 42",
+    "colon_format": "Answer: 42",
+    "square_brackets": "[42]",
+    "markdown_bold": "That makes **42**.",
+    "pipe_delimited": "|42|",
+}
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_each_format_alone_is_accepted_and_only_for_itself(name):
+    reply = f"<think>6 times 7</think>{WRITTEN[name]}"
+    assert formatted_answer(reply, name, ALL) == "42"
+    assert score_reply(reply, name, ALL, gold="42", check_answer=True) == 1.0
+    other = next(n for n in ALL if n != name)
+    assert score_reply(reply, other, ALL) == 0.0  # the requested format is missing
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_twice_or_with_a_second_format_is_rejected(name):
+    assert score_reply(f"{WRITTEN[name]}\n\n{WRITTEN[name]}", name, ALL) == 0.0
+    second = "pipe_delimited" if name != "pipe_delimited" else "xml"
+    assert score_reply(f"{WRITTEN[name]}\n\n{WRITTEN[second]}", name, ALL) == 0.0
+    assert (
+        score_reply(f"<think>{WRITTEN[name]}</think>I will not say.", name, ALL) == 0.0
+    )  # only in reasoning
+
+
+@pytest.mark.parametrize(
+    ("reply", "requested", "expected"),
+    [
+        ('```json\n{"answer": 42, "confidence": 0.9}\n```', "json", 1.0),  # a json fence is the json format
+        ("```python\nprint(42)\n```", "markdown_code", 1.0),
+        ("Final Answer: 42\nAnswer: 42", "natural_language_final", 0.0),  # 'Answer:' is another format
+        ("The answer is 42.", "natural_language_answer", 0.0),  # prose, not the format
+        ("**Final Answer:** 42", "natural_language_final", 0.0),  # bold is another format
+        ("<answer></answer>", "xml", 0.0),  # empty
+        ("<think>open <answer>42</answer>", "xml", 0.0),  # malformed reasoning
+        ("| a | b |\n|42|", "pipe_delimited", 1.0),  # a table row is not a pipe-delimited answer
+        ('{"result": 42}', "json", 0.0),  # no "answer" key
+        ("", "xml", 0.0),
+    ],
+)
+def test_edge_cases(reply, requested, expected):
+    assert score_reply(reply, requested, ALL) == expected
+
+
+def test_only_formats_in_the_set_count_as_other_formats():
+    reply = "<answer>42</answer> **really**"
+    assert score_reply(reply, "xml", ALL) == 0.0
+    assert score_reply(reply, "xml", ["xml", "latex_boxed"]) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("given", "gold", "expected"),
+    [("42", "42", True), ("42.0", "42", True), ("1,200", "1200", True), ("$42$.", "42", True),
+     ("Paris", "paris", True), ("41", "42", False), ("forty-two", "42", False)],
+)  # fmt: skip
+def test_answer_check(given, gold, expected):
+    assert answers_match(given, gold) is expected
+    assert score_reply(f"<answer>{given}</answer>", "xml", ALL, gold=gold, check_answer=True) == float(
+        expected
+    )
+    assert score_reply(f"<answer>{given}</answer>", "xml", ALL, gold=gold) == 1.0  # format only by default
+
+
+def test_gold_answer_and_config_checks():
+    assert gold_answer("work\n#### 1,200") == "1,200" and gold_answer(" Paris ") == "Paris"
+    with pytest.raises(ValidationError, match="available: xml"):
+        AnswerFormatEnvConfig(formats=["xml", "smoke_signals"])
+    assert AnswerFormatEnvConfig(formats=["xml", "xml", "json"]).formats == ["xml", "json"]
+
+
+def _env(tiny_model_dir, **overrides) -> AnswerFormatEnv:
+    config = AnswerFormatEnvConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False, **overrides)
+    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
+    return AnswerFormatEnv(config, server)
+
+
+async def test_items_draw_formats_deterministically(tiny_model_dir):
+    env, again = (
+        _env(tiny_model_dir, dataset_path=str(GSM8K_SAMPLE)),
+        _env(tiny_model_dir, dataset_path=str(GSM8K_SAMPLE)),
+    )
+    await env.setup()
+    await again.setup()
+    items = [await env.get_next_item() for _ in range(60)]
+    assert items == [await again.get_next_item() for _ in range(60)]
+    assert len({i.format for i in items}) >= 8
+    assert env.test_items == again.test_items and len(env.test_items) == len(read_jsonl(GSM8K_SAMPLE))
+    item = items[0]
+    assert FORMATS[item.format].instruction in item.prompt and item.question in item.prompt
+    assert env.prompt_messages(item)[1]["content"] == item.prompt
+
+
+async def test_bad_local_files_and_hub_default(tiny_model_dir, tmp_path, monkeypatch):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(
+        json.dumps({"question": "q", "answer": "#### 1"}) + "\n" + json.dumps({"question": "r"}) + "\n"
+    )
+    with pytest.raises(DatasetError, match="row 1: missing field 'answer'"):
+        await _env(tiny_model_dir, dataset_path=str(path)).setup()
+    path.write_text("")
+    with pytest.raises(DatasetError, match="no rows"):
+        await _env(tiny_model_dir, dataset_path=str(path)).setup()
+    for key, value in OFFLINE.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(DatasetError, match=r"gsm8k \(train\): cannot load from the hub"):
+        await _env(tiny_model_dir).setup()
+
+
+INSTRUCTION_TO_FORMAT = {f.instruction: name for name, f in FORMATS.items()}
+GOLDS = {row["question"]: gold_answer(row["answer"]) for row in read_jsonl(GSM8K_SAMPLE)}
+
+
+def _responder():
+    """The requested format for even choice indices; the requested format plus a second one for odd ones."""
+
+    def respond(prompt, index):
+        text = prompt_text(prompt)
+        name = next((n for instruction, n in INSTRUCTION_TO_FORMAT.items() if instruction in text), None)
+        gold = next((g for q, g in GOLDS.items() if q in text), None)
+        if name is None or gold is None:
+            return "no idea"
+        reply = WRITTEN[name].replace("42", gold)
+        if index % 2:
+            reply += "\n\n" + WRITTEN["pipe_delimited" if name != "pipe_delimited" else "xml"].replace(
+                "42", gold
+            )
+        return f"<think>Working it out.</think>{reply}"
+
+    return respond
+
+
+def test_process_with_a_local_file(tmp_path, tiny_model_dir):
+    groups = process_groups(
+        ENVIRONMENTS / "answer_format_environment.py",
+        ["process", "--env.dataset_path", GSM8K_SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
+         "--env.max_tokens", "96", "--env.check_answer", "true"],
+        _responder(),
+        tiny_model_dir,
+        tmp_path,
+        "answer_format",
+    )  # fmt: skip
+    assert len(groups) == 3
+    for group in groups:
+        check_group(group, 2)
+        assert sorted(group["scores"]) == [0.0, 1.0]
+        assert re.search(r"Give your final answer .*exactly once", group["messages"][0][1]["content"])
+
+
+def test_evaluate_reports_accuracy_per_format(tmp_path, tiny_model_dir, capsys):
+    metrics, samples, out = evaluate_metrics(
+        AnswerFormatEnv,
+        ["--env.dataset_path", GSM8K_SAMPLE, "--env.eval_limit", "8", "--env.max_tokens", "96",
+         "--env.check_answer", "true"],
+        _responder(),
+        tiny_model_dir,
+        tmp_path,
+        capsys,
+    )  # fmt: skip
+    assert metrics["eval/percent_correct"] == 1.0
+    formats = {s["format"] for s in samples}
+    assert len(samples) == 8 and {f"eval/format_accuracy/{f}" for f in formats} <= set(metrics)
+    assert "answer_format evaluation: percent_correct=1.0000" in out
