@@ -19,6 +19,7 @@ from tests.fixtures.single_turn_runs import (
     evaluate_metrics,
     process_groups,
     prompt_text,
+    serve_first_group,
 )
 
 SCRIPT = ENVIRONMENTS / "dataset_environment" / "dataset_env.py"
@@ -249,3 +250,19 @@ def test_prefill_starts_the_reply(tmp_path, tiny_model_dir, capsys):
     replies = [s["messages"][-1]["content"] for s in samples]
     assert all(r.startswith("Step by step: ") and "\\boxed{" in r for r in replies)
     assert metrics["eval/percent_correct"] == 1.0
+
+
+def test_serve_with_a_yaml_config(tmp_path, tiny_model_dir, api):
+    registration, group, log = serve_first_group(
+        SCRIPT,
+        ["--config", CONFIGS / "dataset_env_gsm8k.yaml", "--env.dataset_path", GSM8K_SAMPLE,
+         "--env.group_size", "2", "--env.max_tokens", "64"],
+        gsm8k_responder(),
+        tiny_model_dir,
+        tmp_path,
+        api,
+    )  # fmt: skip
+    assert registration["desired_name"] == "dataset_env_gsm8k"  # the YAML's wandb_name
+    check_group(group, 2)
+    assert sorted(group["scores"]) == [0.0, 1.0]
+    assert "Traceback" not in log

@@ -19,7 +19,13 @@ from environments.letter_counting_environment import (
     score_reply,
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS
-from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
+from tests.fixtures.single_turn_runs import (
+    check_group,
+    evaluate_metrics,
+    process_groups,
+    prompt_text,
+    serve_first_group,
+)
 
 WORDS = read_word_list(DEFAULT_WORD_LIST)
 QUESTION = re.compile(r"letter '(\w)' appear in \"([^\"]*)\"")
@@ -150,3 +156,18 @@ def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):
     assert len(samples) == 6 and all(s["correct"] and s["score"] == 1.0 for s in samples)
     assert {"question", "gold_answer", "messages"} <= set(samples[0])
     assert "letter_counting evaluation: percent_correct=1.0000" in out
+
+
+def test_serve_sends_groups_to_the_api(tmp_path, tiny_model_dir, api):
+    registration, group, log = serve_first_group(
+        ENVIRONMENTS / "letter_counting_environment.py",
+        ["--env.group_size", "2", "--env.max_tokens", "64", "--env.total_steps", "100"],
+        _responder(),
+        tiny_model_dir,
+        tmp_path,
+        api,
+    )
+    assert registration["desired_name"] == "letter_counting" and registration["group_size"] == 2
+    check_group(group, 2)
+    assert sorted(group["scores"]) == [0.0, 1.0]
+    assert "Traceback" not in log
