@@ -35,16 +35,11 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-SPECIAL_TOKENS = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<think>",
-    "</think>",
-    "<tool_call>",
-    "</tool_call>",
-]
-BUILDER_VERSION = 1
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Reasoning and tool-call tags are single tokens but not special ones, as in Qwen's tokenizers: a reply
+# decoded with ``skip_special_tokens=True`` (as chat completions are) keeps them.
+TAG_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+BUILDER_VERSION = 2
 
 _WORDS = (
     "the a an of to and in is it that for on with as was at by be this from or have not are which "
@@ -102,7 +97,7 @@ def _corpus(seed: int, n_lines: int = 6000) -> list[str]:
 
 def build_tokenizer(spec: TinyModelSpec, out_dir: Path):
     """Train the byte-level BPE tokenizer and save it as a ``PreTrainedTokenizerFast`` in ``out_dir``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -118,6 +113,7 @@ def build_tokenizer(spec: TinyModelSpec, out_dir: Path):
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(spec.seed), trainer=trainer)
+    tok.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in TAG_TOKENS])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",

@@ -56,6 +56,7 @@ def test_no_parsing_without_tools_or_with_none(translator):
 
 
 def test_decode_with_tool_awareness_keeps_tags(translator, tiny_tokenizer):
-    ids = tiny_tokenizer.encode("<tool_call>{}</tool_call>")
-    assert "<tool_call>" in translator.decode_with_tool_awareness(ids, has_tools=True)
-    assert "<tool_call>" not in translator.decode_with_tool_awareness(ids, has_tools=False)
+    # The tiny tokenizer's tags are ordinary added tokens (as in Qwen's); only special tokens are dropped.
+    ids = tiny_tokenizer.encode("<tool_call>{}</tool_call><|im_end|>")
+    assert translator.decode_with_tool_awareness(ids, has_tools=True) == "<tool_call>{}</tool_call><|im_end|>"
+    assert translator.decode_with_tool_awareness(ids, has_tools=False) == "<tool_call>{}</tool_call>"
