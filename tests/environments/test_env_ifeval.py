@@ -15,7 +15,6 @@ from environments.instruction_following_algorithm_environment import (
     evaluation_metrics,
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
-from tests.fixtures.plain_tags import plain_tags_tokenizer
 from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
 
 IFEVAL = FIXTURES / "ifeval_sample.jsonl"
@@ -118,9 +117,9 @@ def planned(prompt: Any, index: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tiny_model_dir, tmp_path_factory):
-    """The tiny tokenizer with plain (non-special) think tags, as chat models have them."""
-    return plain_tags_tokenizer(tiny_model_dir, tmp_path_factory.mktemp("plain-tags"))
+def tokenizer_dir(tiny_model_dir):
+    """The tiny tokenizer: its think and tool-call tags are plain (non-special) tokens, as in chat models."""
+    return tiny_model_dir
 
 
 def _env(tokenizer_dir, **overrides) -> InstructionFollowingEnv:

@@ -25,7 +25,6 @@ from environments.tool_calling_server import (
 )
 from tests.envs.serve_helpers import wait_for
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
-from tests.fixtures.plain_tags import plain_tags_tokenizer
 from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups
 
 SAMPLE = FIXTURES / "hermes_fc_sample.jsonl"
@@ -36,9 +35,9 @@ GOLD = {
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tiny_model_dir, tmp_path_factory):
-    """The tiny tokenizer with plain (non-special) think and tool-call tags, as chat models have them."""
-    return plain_tags_tokenizer(tiny_model_dir, tmp_path_factory.mktemp("plain-tags"))
+def tokenizer_dir(tiny_model_dir):
+    """The tiny tokenizer: its think and tool-call tags are plain (non-special) tokens, as in chat models."""
+    return tiny_model_dir
 
 
 def _env(tokenizer_dir, **overrides) -> ToolCallingEnv:
