@@ -5,7 +5,8 @@
 the task:
 
 * :meth:`SingleTurnEnv.prompt_messages` - the chat prompt of an item;
-* :meth:`SingleTurnEnv.score_reply` (or :meth:`SingleTurnEnv.score_replies` for batch scoring) - the rewards;
+* :meth:`SingleTurnEnv.score_reply` (or :meth:`SingleTurnEnv.score_replies` for batch scoring, or
+  :meth:`SingleTurnEnv.score_replies_async` for scoring that awaits other processes) - the rewards;
 * :meth:`SingleTurnEnv.eval_items` - the evaluation set;
 * ``setup`` and ``get_next_item`` as for any environment.
 
@@ -78,6 +79,12 @@ class SingleTurnEnv(BaseEnv):
         """The rewards of a group of replies to ``item`` (default: :meth:`score_reply` for each)."""
         return [self.score_reply(reply, item) for reply in replies]
 
+    async def score_replies_async(self, replies: Sequence[str], item: Any) -> list[float]:
+        """The rewards of a group, awaited by the sampling and evaluation paths (default:
+        :meth:`score_replies`). Override it when scoring waits on worker processes or services, so the
+        event loop keeps running meanwhile."""
+        return self.score_replies(replies, item)
+
     @abstractmethod
     def eval_items(self) -> Sequence[Any]:
         """The evaluation set (before ``eval_limit`` is applied)."""
@@ -130,7 +137,7 @@ class SingleTurnEnv(BaseEnv):
                 len(nodes),
             )
             return None, []
-        scores = [float(s) for s in self.score_replies(replies, item)]
+        scores = [float(s) for s in await self.score_replies_async(replies, item)]
         self.percent_correct_buffer.extend(1.0 if s >= self.correct_threshold else 0.0 for s in scores)
         self.on_group_scored(item, scores)
         if len(set(scores)) <= 1:
@@ -156,7 +163,7 @@ class SingleTurnEnv(BaseEnv):
                 split="eval",
             )
         reply = replies[0] if replies else ""
-        score = float(self.score_replies([reply], item)[0])
+        score = float((await self.score_replies_async([reply], item))[0])
         return {
             "messages": [*messages, {"role": "assistant", "content": reply}],
             **self.eval_sample_fields(item),
