@@ -257,5 +257,9 @@ class MathEnv(SingleTurnEnv):
         await super().wandb_log(wandb_metrics)
 
 
+# The original's configuration class name, for code that imports it.
+RSConfig = MathEnvConfig
+
+
 if __name__ == "__main__":
     MathEnv.cli()
