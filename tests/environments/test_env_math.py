@@ -14,7 +14,13 @@ from atroposlib.envs.data_loading import DatasetError
 from environments import math_server
 from environments.math_server import MathEnv, MathEnvConfig, MathItem, interleave, rows_to_items
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
-from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
+from tests.fixtures.single_turn_runs import (
+    check_group,
+    evaluate_metrics,
+    process_groups,
+    prompt_text,
+    serve_first_group,
+)
 
 SAMPLE = FIXTURES / "math500_sample.jsonl"
 ROWS = read_jsonl(SAMPLE)
@@ -239,3 +245,18 @@ def test_evaluate_limit_keeps_every_set(tiny_model_dir, tmp_path, capsys, monkey
     )
     assert [s["subset"] for s in samples] == ["math500", "amc23", "math500"]
     assert "eval/aime24_percent_correct" not in metrics
+
+
+def test_serve_sends_groups_and_stops_cleanly(tiny_model_dir, tmp_path, api):
+    registration, group, log = serve_first_group(
+        ENVIRONMENTS / "math_server.py",
+        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.max_tokens", "128", "--env.total_steps", "100"],
+        alternating_responder,
+        tiny_model_dir,
+        tmp_path,
+        api,
+    )  # fmt: skip
+    assert registration["desired_name"] == "math" and registration["group_size"] == 4
+    check_group(group, 4)
+    assert sorted(group["scores"]) == [-1.0, -1.0, 1.0, 1.0]
+    assert "Traceback" not in log  # the checker's worker processes stop with the environment
