@@ -28,21 +28,23 @@ def format_result(result: Any, output_limit: int) -> str:
         if partial:
             message += f"\nstdout before it was stopped:\n{_truncate(partial, output_limit)}"
         raise ToolError(message)
-    parts = []
-    stdout = result.stdout or ""
-    stderr = result.stderr or ""
-    if stdout:
-        parts.append(stdout)
-    if stderr:
-        parts.append(f"[stderr]\n{stderr}")
+    text = result.stdout or ""
+
+    def add(block: str) -> None:
+        nonlocal text
+        text += ("\n" if text and not text.endswith("\n") else "") + block
+
+    if result.stderr:
+        add(f"[stderr]\n{result.stderr}")
     if result.exit_code not in (0, None):
-        reason = f" ({result.reason})" if getattr(result, "reason", None) else ""
-        parts.append(f"[exit code {result.exit_code}{reason}]")
+        reason = getattr(result, "reason", None)
+        detail = f" ({reason})" if reason and "exit status" not in reason else ""
+        add(f"[exit code {result.exit_code}{detail}]")
     if getattr(result, "truncated", False):
-        parts.append("[output truncated by the sandbox]")
-    if not parts:
+        add("[output truncated by the sandbox]")
+    if not text:
         return "[no output: print() the values you want to see]"
-    return _truncate("\n".join(parts), output_limit)
+    return _truncate(text, output_limit)
 
 
 class PythonTool:
@@ -80,9 +82,10 @@ class PythonTool:
         check = getattr(self.sandbox, "check", None)
         if check is None:
             return
-        result = check()
-        if asyncio.iscoroutine(result):
-            await result
+        if asyncio.iscoroutinefunction(check):
+            await check()
+        else:  # a blocking start-up probe: keep the event loop free
+            await asyncio.to_thread(check)
 
     async def call(self, arguments: dict[str, Any]) -> str:
         from atroposlib.sandbox import SandboxError
