@@ -15,6 +15,7 @@ from transformers import AutoTokenizer
 from atroposlib.cli._tooling.images import group_images
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.cli import run_cli
+from atroposlib.group import check_group
 from atroposlib.testing.scripted_server import launch_scripted_server
 from environments.multimodal_counting_server import (
     COLOURS,
@@ -135,6 +136,7 @@ async def test_groups_carry_the_picture_and_train_only_the_reply(tiny_model_dir)
     assert parts[0] == {"type": "image_url", "image_url": {"url": item.data_url}}
     assert parts[1] == {"type": "text", "text": item.question}
     assert group["images"] == [item.image_b64] * 4
+    assert check_group(group) == []  # what the trajectory API accepts
     assert group["scores"] == [1.0, 0.0, 1.0, 0.0]
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     for tokens, masks, messages in zip(group["tokens"], group["masks"], group["messages"], strict=True):
