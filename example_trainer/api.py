@@ -40,6 +40,11 @@ class _Retryable(Exception):
     """A transient failure (connection error, timeout, 5xx) worth another attempt."""
 
 
+def stop_when(condition: Callable[[], bool]) -> Callable[[Any], bool]:
+    """A tenacity stop condition that ends the retries as soon as ``condition()`` holds."""
+    return lambda retry_state: condition()
+
+
 def auth_headers(api_key: str | None = None) -> dict[str, str]:
     """``Authorization: Bearer <key>`` from ``api_key`` or ``$ATROPOS_API_KEY`` ({} when neither is set)."""
     key = api_key or os.environ.get("ATROPOS_API_KEY")
@@ -70,6 +75,8 @@ class AtroposClient:
         self.max_wait = max_wait
         self.timeout = timeout
         self.session = requests.Session()
+        #: Once this returns True (the trainer is shutting down) failed requests are not retried.
+        self.should_stop: Callable[[], bool] | None = None
 
     @classmethod
     def from_config(cls, config: TrainingConfig) -> AtroposClient:
@@ -99,7 +106,8 @@ class AtroposClient:
     def request(self, method: str, path: str, json: Any = None) -> Any:
         """One API call with bounded retries; returns the decoded JSON body (or text)."""
         retrying = Retrying(
-            stop=stop_after_attempt(self.retries),
+            stop=stop_after_attempt(self.retries)
+            | stop_when(lambda: bool(self.should_stop and self.should_stop())),
             wait=wait_exponential(multiplier=1, min=self.min_wait, max=self.max_wait),
             retry=retry_if_exception(lambda e: isinstance(e, _Retryable)),
             before_sleep=lambda rs: logger.warning(
@@ -210,7 +218,12 @@ class AtroposClient:
         """
         start = time.monotonic()
         while True:
-            batch_id, groups = self.get_batch()
+            try:
+                batch_id, groups = self.get_batch()
+            except AtroposApiError:
+                if should_stop and should_stop():  # the API went away while stopping: nothing to wait for
+                    return None, None
+                raise
             if groups:
                 return batch_id, groups
             if should_stop and should_stop():

@@ -324,6 +324,8 @@ def _train(
     main = ctx.is_main
 
     client = AtroposClient.from_config(config) if main else None
+    if client is not None:
+        client.should_stop = should_stop  # no long retries once stopping (the API may be gone first)
     resume_dir: Path | None = None
     if main:
         resume_dir = resolve_resume_path(config.resume, config.save_path)

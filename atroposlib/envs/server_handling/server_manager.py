@@ -5,14 +5,17 @@ with the most free capacity relative to its size (so a server configured for twi
 takes twice the load; ties rotate). ``n`` larger than ``max_n_completions`` is split into parallel
 requests whose choices are merged and renumbered. ``split="eval"`` requests use the evaluation
 semaphores end to end. Waiting for capacity is event driven (no polling); while no server is
-healthy, requests wait at most the servers' ``timeout`` and then fail with
-:class:`ServerUnavailableError`.
+healthy, requests wait at most the servers' ``timeout`` (or :attr:`ServerManager.unavailable_grace`
+seconds after the last server stopped answering, when set: ``process`` and ``evaluate`` set it) and
+then fail with :class:`ServerUnavailableError`. Each server logs the wait when it starts and every
+``unhealthy_report_interval`` seconds.
 
 Config handling:
 
 * a list of ``APIServerConfig`` -> one server each (each with the backend class of its own
   ``server_type``); with ``slurm=True`` the first config is cloned for every SLURM inference server;
-* a single ``APIServerConfig`` -> used as given (atroposlib 0.4.0 replaced it by localhost defaults);
+* a single ``APIServerConfig`` -> used as given, or with ``slurm=True`` cloned like a list's first config
+  (atroposlib 0.4.0 replaced it by localhost defaults);
 * a plain ``ServerBaseline`` -> discovery: SLURM inference nodes when ``$SLURM_JOB_NODELIST`` is
   set, else ``http://localhost:9004..9007/v1``;
 * ``testing=True`` -> one in-process :class:`ServerHarness`.
@@ -126,6 +129,7 @@ class ServerManager:
         )
         self.tool_parser = tool_parser
         self._next = 0
+        self._unavailable_grace: Optional[float] = None
         self._watched: set[int] = set()
         self._waiters: dict[bool, collections.deque] = {True: collections.deque(), False: collections.deque()}
         if testing:
@@ -248,7 +252,7 @@ class ServerManager:
         self._watch_servers()
         loop = asyncio.get_running_loop()
         queue = self._waiters[is_training]
-        unhealthy_since: Optional[float] = None
+        started = loop.time()
         while True:
             fut = loop.create_future()
             queue.append(fut)
@@ -262,17 +266,16 @@ class ServerManager:
                     for s in self.servers:
                         if hasattr(s, "_ensure_started"):
                             s._ensure_started(False)
-                    now = loop.time()
-                    unhealthy_since = unhealthy_since if unhealthy_since is not None else now
-                    limit = max(float(getattr(s.config, "timeout", 1200)) for s in self.servers)
-                    if now - unhealthy_since >= limit:
-                        urls = ", ".join(s._describe() for s in self.servers)
-                        raise ServerUnavailableError(
-                            f"no inference server became healthy within {limit:.0f} s ({urls})"
-                        )
-                    timeout = min(timeout, limit - (now - unhealthy_since))
+                    if self._unavailable_grace is not None:
+                        remaining = self._unavailable_grace - (self._down_for() or 0.0)
+                    else:
+                        limit = max(float(getattr(s.config, "timeout", 1200)) for s in self.servers)
+                        remaining = limit - (loop.time() - started)
+                    if remaining <= 0:
+                        raise ServerUnavailableError(self.unavailable_message())
+                    timeout = min(timeout, remaining)
                 else:
-                    unhealthy_since = None
+                    started = loop.time()
                 await asyncio.wait({fut}, timeout=timeout)
             except BaseException:
                 if fut.done() and not fut.cancelled():
@@ -285,6 +288,49 @@ class ServerManager:
                         queue.remove(fut)
                     except ValueError:
                         pass
+
+    @property
+    def unavailable_grace(self) -> Optional[float]:
+        """Seconds requests wait once every server has stopped answering; None = the servers' ``timeout``.
+
+        Setting it applies it to every server (requests already waiting on one server included).
+        """
+        return self._unavailable_grace
+
+    @unavailable_grace.setter
+    def unavailable_grace(self, seconds: Optional[float]) -> None:
+        self._unavailable_grace = None if seconds is None else max(0.0, float(seconds))
+        for server in self.servers:
+            server.unavailable_grace = self._unavailable_grace
+
+    def _down_for(self) -> Optional[float]:
+        """Seconds since the last server stopped answering, or None while some server is healthy."""
+        if not self.servers or any(s.server_healthy for s in self.servers):
+            return None
+        return min(s.unhealthy_for() if hasattr(s, "unhealthy_for") else 0.0 for s in self.servers)
+
+    def unavailable_message(self) -> str:
+        """One line naming every server that is not answering, for how long and why, and what to check."""
+        parts = []
+        for s in self.servers:
+            if s.server_healthy:
+                continue
+            reason = getattr(s, "last_failure", None) or "health check failed"
+            since = s.unhealthy_for() if hasattr(s, "unhealthy_for") else 0.0
+            parts.append(f"{s._describe()} for {since:.0f} s ({reason})")
+        return (
+            "no inference server is answering: "
+            + "; ".join(parts)
+            + ". Check that it is running and reachable at its base_url (--openai.base_url)."
+        )
+
+    def unavailable_error(self) -> Optional[ServerUnavailableError]:
+        """The error to stop with when :attr:`unavailable_grace` is set and no server has answered for
+        that long; None otherwise."""
+        down = self._down_for()
+        if self._unavailable_grace is None or down is None or down < self._unavailable_grace:
+            return None
+        return ServerUnavailableError(self.unavailable_message())
 
     async def wait_for_sem(self, is_training: bool) -> None:
         """Wait until some healthy server has a free training (or evaluation) slot.
