@@ -261,7 +261,6 @@ class ArithmeticEnv(BaseEnv):
     @classmethod
     def config_init(cls) -> tuple[ArithmeticEnvConfig, list[APIServerConfig]]:
         env_config = ArithmeticEnvConfig(
-            tokenizer_name=DEFAULT_MODEL,
             group_size=8,
             use_wandb=True,
             rollout_server_url="http://localhost:8000",

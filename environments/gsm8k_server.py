@@ -102,7 +102,6 @@ class GSM8kEnv(BaseEnv):
     @classmethod
     def config_init(cls) -> tuple[GSM8kEnvConfig, APIServerConfig]:
         env_config = GSM8kEnvConfig(
-            tokenizer_name=DEFAULT_MODEL,
             group_size=8,
             use_wandb=True,
             rollout_server_url="http://localhost:8000",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
+import socket
 import sys
 import threading
 import time
@@ -34,13 +35,19 @@ from atroposlib.cli._tooling.text import load_tokenizer
 
 PROG = "view-run"
 DEFAULT_TOKENIZER = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
+#: Gradio's usual port; clear of the API (8000) and the inference servers (9000 and up).
+DEFAULT_PORT = 7860
 ALL_ENVS = "All envs"
 NAVIGATION_ACTIONS = ("first", "prev", "next", "last", "grab")
 
 
-def build_parser(prog: str = PROG, default_tokenizer: str = DEFAULT_TOKENIZER) -> argparse.ArgumentParser:
+def build_parser(
+    prog: str = PROG, default_tokenizer: str = DEFAULT_TOKENIZER, default_port: int = DEFAULT_PORT
+) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Browse the scored groups of an Atropos run")
-    parser.add_argument("--port", type=int, default=9001, help="port of the web page")
+    parser.add_argument(
+        "--port", type=int, default=default_port, help="port of the web page (default: %(default)s)"
+    )
     parser.add_argument(
         "--host", default="127.0.0.1", help="address the web page binds to (default loopback)"
     )
@@ -317,18 +324,39 @@ def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_inte
     return demo
 
 
-def _launch(demo: Any, host: str, port: int) -> None:
-    """Launch locally: never a share link; keyword arguments this Gradio version lacks are left out."""
+def check_port_free(host: str, port: int) -> None:
+    """ToolError naming ``--port`` when ``host:port`` cannot be bound (another program listens there)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the web server will: a port left in TIME_WAIT by a previous run is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ToolError(
+                f"cannot serve on {host}:{port} ({exc.strerror or exc}); pick another port with --port N"
+            )
+
+
+def _launch(demo: Any, host: str, port: int, prog: str) -> None:
+    """Serve locally until interrupted: never a share link (nor the hint to make one); keyword arguments
+    this Gradio version lacks are left out."""
+    check_port_free(host, port)
     wanted = {
         "server_name": host,
         "server_port": port,
         "share": False,
         "show_error": True,
         "ssr_mode": False,
-        "quiet": False,
+        "quiet": True,
+        "prevent_thread_lock": True,
     }
     accepted = inspect.signature(demo.launch).parameters
-    demo.queue().launch(**{k: v for k, v in wanted.items() if k in accepted})
+    try:
+        demo.queue().launch(**{k: v for k, v in wanted.items() if k in accepted})
+    except OSError as exc:  # the port was taken between the check and the launch
+        raise ToolError(f"cannot serve on {host}:{port} ({exc}); pick another port with --port N")
+    print(f"{prog}: serving on http://{host}:{port}", file=sys.stderr, flush=True)
+    demo.block_thread()
 
 
 def prepare(args: argparse.Namespace, prog: str) -> Viewer:
@@ -368,12 +396,19 @@ def prepare(args: argparse.Namespace, prog: str) -> Viewer:
 
 
 def run(
-    argv: Sequence[str] | None, *, prog: str, default_tokenizer: str, multimodal: bool, title: str
+    argv: Sequence[str] | None,
+    *,
+    prog: str,
+    default_tokenizer: str,
+    multimodal: bool,
+    title: str,
+    default_port: int = DEFAULT_PORT,
 ) -> int:
-    args = build_parser(prog, default_tokenizer).parse_args(argv)
+    args = build_parser(prog, default_tokenizer, default_port).parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
     def body() -> int:
+        check_port_free(args.host, args.port)
         viewer = prepare(args, prog)  # flag and source problems first: they need no gradio
         try:
             import gradio  # noqa: F401
@@ -381,8 +416,7 @@ def run(
             raise ToolError("gradio is not installed: pip install 'atroposlib[examples]'")
         viewer.multimodal = multimodal
         demo = build_app(viewer, title=title, refresh_interval=args.refresh_interval)
-        print(f"{prog}: serving on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
-        _launch(demo, args.host, args.port)
+        _launch(demo, args.host, args.port, prog)
         return 0
 
     return run_cli(prog, body)

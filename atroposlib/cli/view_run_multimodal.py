@@ -13,6 +13,8 @@ from atroposlib.cli.view_run import run
 
 PROG = "view-run-multimodal"
 DEFAULT_TOKENIZER = "Qwen/Qwen2-VL-2B-Instruct"
+#: One above view-run's, so both can run at once.
+DEFAULT_PORT = 7861
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,6 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default_tokenizer=DEFAULT_TOKENIZER,
         multimodal=True,
         title="Atropos multimodal run viewer",
+        default_port=DEFAULT_PORT,
     )
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from atroposlib.envs.constants import ENV_NAMESPACE, NAMESPACE_SEP, OPENAI_NAMESPACE
-from atroposlib.envs.env_config import BaseEnvConfig
+from atroposlib.envs.env_config import BaseEnvConfig, resolve_tokenizer_name
 from atroposlib.envs.group_assembly import assemble_group
 from atroposlib.envs.groups import EvalHandlingEnum, ScoredDataGroup, ScoredDataItem
 from atroposlib.envs.jsonl_sink import JsonlWriter, first_free_path
@@ -44,6 +44,7 @@ from atroposlib.envs.server_handling.server_manager import ServerManager, Server
 from atroposlib.envs.tokenizer_compat import ensure_token_list_chat_template
 from atroposlib.envs.wandb_logging import WandbLoggingMixin
 from atroposlib.type_definitions import UUID, Item, Message
+from atroposlib.utils.hf_tokenizers import load_hf_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -51,15 +52,13 @@ ServerConfigs = Union[ServerBaseline, APIServerConfig, list]
 
 
 def load_tokenizer(name: str) -> Any:
-    """``AutoTokenizer.from_pretrained(name)`` (a hub name or a local directory) whose ``apply_chat_template``
-    returns token-id lists as under transformers 4.x (see :mod:`atroposlib.envs.tokenizer_compat`)."""
-    from transformers import AutoTokenizer
+    """The tokenizer ``name`` (a hub name or a local directory) whose ``apply_chat_template`` returns token-id
+    lists as under transformers 4.x (see :mod:`atroposlib.envs.tokenizer_compat`).
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
-    except Exception as exc:
-        raise RuntimeError(f"could not load tokenizer {name!r} (tokenizer_name): {exc}") from exc
-    return ensure_token_list_chat_template(tokenizer)
+    Raises :class:`~atroposlib.utils.hf_tokenizers.TokenizerLoadError` (one line; at once when the hub is
+    unreachable and the tokenizer is not cached), see :func:`~atroposlib.utils.hf_tokenizers.load_hf_tokenizer`.
+    """
+    return ensure_token_list_chat_template(load_hf_tokenizer(name, flag="--env.tokenizer_name"))
 
 
 class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineModesMixin, ABC):
@@ -85,7 +84,8 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
 
         ``server_configs`` may be a ``ServerBaseline`` (servers discovered on localhost/SLURM), a list of
         ``APIServerConfig`` or a single ``APIServerConfig`` (used as given, as a one-element list).
-        ``config.wandb_name`` defaults to ``name`` (or the class name) when unset.
+        ``config.wandb_name`` defaults to ``name`` (or the class name) when unset, and ``config.tokenizer_name``
+        to the first server's ``model_name`` (see :func:`~atroposlib.envs.env_config.resolve_tokenizer_name`).
         """
         self.items_sent_this_step = 0
         self.eval_runner: Optional[asyncio.Task] = None
@@ -123,6 +123,7 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
         self.wandb_group: Optional[str] = None
         self.curr_step = 0
         self.max_token_len = -1
+        config.tokenizer_name = resolve_tokenizer_name(config.tokenizer_name, server_configs)
         self.tokenizer = load_tokenizer(config.tokenizer_name)
         self.completion_lengths: list[int] = []
         self.max_num_workers = resolve_max_num_workers(

@@ -113,9 +113,10 @@ def _command_cls(env_cls: type, mode: str) -> type[CliCommand]:
     return method() if method is not None else fallback(env_cls)
 
 
-def _help_text(description: str | None, default: Any) -> str:
+def _help_text(description: str | None, default: Any, shown_default: str | None = None) -> str:
     text = f"{description.strip()} " if description else ""
-    return f"{text}(default: {format_default(default)})".replace("%", "%%")
+    shown = shown_default if shown_default is not None else format_default(default)
+    return f"{text}(default: {shown})".replace("%", "%%")
 
 
 def add_command_arguments(parser: argparse.ArgumentParser, cmd_cls: type[CliCommand]) -> None:
@@ -148,7 +149,9 @@ def add_command_arguments(parser: argparse.ArgumentParser, cmd_cls: type[CliComm
             "default": argparse.SUPPRESS,
             "type": make_value_parser(info.annotation),
             "metavar": "PATH" if name == CONFIG_FIELD else describe_type(info.annotation),
-            "help": info.description if name == CONFIG_FIELD else _help_text(info.description, info.default),
+            "help": info.description
+            if name == CONFIG_FIELD
+            else _help_text(info.description, info.default, cmd_cls.help_defaults.get(name)),
         }
         if is_bool_annotation(info.annotation):
             kwargs.update(nargs="?", const=True)

@@ -38,6 +38,7 @@ from atroposlib.envs.cli_config import (
     resolve_server_configs,
     single_server_defaults,
 )
+from atroposlib.envs.env_config import resolve_tokenizer_name
 
 logger = logging.getLogger("atroposlib.envs.cli")
 
@@ -96,6 +97,8 @@ class CliCommand(BaseModel):
     init_env_config: ClassVar[Any] = None
     teacher_namespace: ClassVar[str | None] = None
     teacher_default: ClassVar[Any] = None
+    #: ``--help`` text for defaults that are computed later (field name -> text shown after "default:").
+    help_defaults: ClassVar[dict[str, str]] = {}
 
     # -- what the user passed --------------------------------------------------------------------------
     def explicit(self, prefix: str = "") -> dict[str, Any]:
@@ -150,6 +153,8 @@ class CliCommand(BaseModel):
             )
             if teacher is not None:
                 extra["teacher_server_configs"] = teacher
+        if "tokenizer_name" in type(env_config).model_fields and not env_config.tokenizer_name:
+            env_config.tokenizer_name = resolve_tokenizer_name(None, servers)
         return ResolvedRun(
             cls.mode, env_config, servers, manager_config, explicit_manager, config_path, extra
         )
@@ -221,6 +226,10 @@ def build_command_cls(env_cls: type, mode: str, init: tuple[Any, Any] | None = N
     cmd_cls.init_env_config = env_config
     cmd_cls.teacher_namespace = teacher_namespace
     cmd_cls.teacher_default = teacher_default
+    cmd_cls.help_defaults = {}
+    if f"{ENV_PREFIX}tokenizer_name" in fields and not env_defaults.get("tokenizer_name"):
+        served = resolve_tokenizer_name(None, server_default)
+        cmd_cls.help_defaults[f"{ENV_PREFIX}tokenizer_name"] = f"the served model's name, now {served}"
     cmd_cls.__doc__ = f"{mode} subcommand of {env_cls.__name__}"
     return cmd_cls
 
@@ -346,8 +355,34 @@ async def _evaluate(env: Any) -> None:
     await env.evaluate()
 
 
+def _run_offline(main: Any) -> None:
+    """``asyncio.run(main)`` for ``process``/``evaluate``: a down inference server, or items that keep failing,
+    end the run with a one-line :class:`CliRunError`."""
+    from atroposlib.envs.process_mode import ProcessModeError
+    from atroposlib.envs.server_handling.errors import ServerUnavailableError
+
+    async def with_quiet_siblings() -> Any:
+        # Requests gathered beside the one that failed end with the same error; nobody reads theirs.
+        loop = asyncio.get_running_loop()
+
+        def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            if not isinstance(context.get("exception"), ServerUnavailableError):
+                loop.default_exception_handler(context)
+
+        loop.set_exception_handler(handler)
+        return await main
+
+    try:
+        asyncio.run(with_quiet_siblings())
+    except (ServerUnavailableError, ProcessModeError) as exc:
+        raise CliRunError(" ".join(str(exc).split())) from exc
+
+
 def run_resolved(env_cls: type, resolved: ResolvedRun) -> Any:
-    """Construct the environment and run ``resolved.mode`` to completion; returns the environment."""
+    """Construct the environment and run ``resolved.mode`` to completion; returns the environment.
+
+    In ``process`` and ``evaluate``, unreachable inference servers and items that keep failing raise
+    :class:`CliRunError` (one line)."""
     ensure_wandb_usable(resolved.env_config)
     if resolved.mode == "evaluate":
         written = write_evaluate_config(resolved)
@@ -361,9 +396,9 @@ def run_resolved(env_cls: type, resolved: ResolvedRun) -> Any:
         env.process_mode = True
         env.n_groups_to_process = resolved.env_config.total_steps
         env.group_size_to_process = resolved.env_config.group_size
-        asyncio.run(env.process_manager())
+        _run_offline(env.process_manager())
     elif resolved.mode == "evaluate":
-        asyncio.run(_evaluate(env))
+        _run_offline(_evaluate(env))
     else:
         raise ValueError(f"unknown mode {resolved.mode!r}")
     return env

@@ -9,6 +9,7 @@ reported once in the log so that typos do not vanish silently.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -77,9 +78,10 @@ class BaseEnvConfig(BaseModel):
         default=3,
         description="Stop generating while this many batches are already queued; <= 0 disables the limit.",
     )
-    tokenizer_name: str = Field(
-        default="NousResearch/DeepHermes-3-Llama-3-3B-Preview",
-        description="Hugging Face tokenizer name or local directory (self.tokenizer).",
+    tokenizer_name: Optional[str] = Field(
+        default=None,
+        description="Hugging Face tokenizer name or local directory (self.tokenizer); unset: the served "
+        "model's name (--openai.model_name, or the first server's model_name).",
     )
     use_wandb: bool = Field(
         default=True, description="Log to Weights & Biases (offline mode when no API key is set)."
@@ -144,6 +146,12 @@ class BaseEnvConfig(BaseModel):
     shutdown_timeout: float = Field(
         default=30.0, ge=0, description="Seconds to wait on shutdown for groups still being sent."
     )
+    server_unavailable_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="process and evaluate: stop with an error once no inference server has answered for this "
+        "many seconds (serve keeps waiting and logs the wait every 15 s).",
+    )
     process_max_consecutive_failures: int = Field(
         default=100,
         ge=1,
@@ -157,4 +165,33 @@ class BaseEnvConfig(BaseModel):
         return data
 
 
-__all__ = ["BaseEnvConfig", "warn_unknown_keys"]
+#: The tokenizer used when neither ``tokenizer_name`` nor a served model's name is known (the
+#: ``ServerBaseline`` default ``model_name`` "default" names no model).
+FALLBACK_TOKENIZER = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
+
+
+def served_model_name(server_configs: Any) -> Optional[str]:
+    """The ``model_name`` of the first server config (a config, a list of them, or mappings), if any."""
+    first = (
+        server_configs[0] if isinstance(server_configs, (list, tuple)) and server_configs else server_configs
+    )
+    name = first.get("model_name") if isinstance(first, Mapping) else getattr(first, "model_name", None)
+    return str(name) if name else None
+
+
+def resolve_tokenizer_name(tokenizer_name: Optional[str], server_configs: Any) -> str:
+    """``tokenizer_name`` when set, else the served model's name (:func:`served_model_name`), else
+    :data:`FALLBACK_TOKENIZER` (no servers, or the placeholder model name "default")."""
+    if tokenizer_name:
+        return tokenizer_name
+    model = served_model_name(server_configs)
+    return model if model and model != "default" else FALLBACK_TOKENIZER
+
+
+__all__ = [
+    "FALLBACK_TOKENIZER",
+    "BaseEnvConfig",
+    "resolve_tokenizer_name",
+    "served_model_name",
+    "warn_unknown_keys",
+]

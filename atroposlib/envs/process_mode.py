@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from atroposlib.envs.runtime import _unpack_collect_result
 from atroposlib.envs.sending import describe_item
+from atroposlib.envs.server_handling.errors import ServerUnavailableError
 from atroposlib.envs.wandb_logging import run_name
 
 logger = logging.getLogger("atroposlib.envs.base")
@@ -44,6 +45,22 @@ def write_html_report(jsonl_path: str | Path) -> Path | None:
 class OfflineModesMixin:
     """``process_manager`` and ``_run_evaluate``."""
 
+    def _bound_server_wait(self) -> None:
+        """Make requests give up once no inference server has answered for ``server_unavailable_timeout`` s."""
+        if hasattr(self.server, "unavailable_grace"):
+            self.server.unavailable_grace = self.config.server_unavailable_timeout
+
+    def _server_down(self, exc: BaseException | None = None) -> ServerUnavailableError | None:
+        """The error to stop with when the inference servers are down (``exc`` or the manager's own check)."""
+        if exc is None:
+            check = getattr(self.server, "unavailable_error", None)
+            exc = check() if check is not None else None
+        if exc is None:
+            return None
+        return ServerUnavailableError(
+            f"{exc} (gave up after --env.server_unavailable_timeout {self.config.server_unavailable_timeout:g} s)"
+        )
+
     async def process_manager(self) -> None:
         """Produce ``n_groups_to_process`` accepted groups into ``data_path_to_save_groups`` (JSONL) and render
         them to HTML beside it.
@@ -51,9 +68,12 @@ class OfflineModesMixin:
         Only accepted groups count (a progress bar shows them). Items come from the backlog first, then
         ``get_next_item()``; ``None`` from it ends the run early. Exceptions of ``collect_trajectories`` are
         logged and the next item is tried; after ``process_max_consecutive_failures`` items in a row without an
-        accepted group the run stops with :class:`ProcessModeError`. The JSONL file is closed and the HTML
-        written in every case. wandb runs offline unless a key is available.
+        accepted group the run stops with :class:`ProcessModeError`. When no inference server has answered
+        for ``server_unavailable_timeout`` seconds the run stops with
+        :class:`~atroposlib.envs.server_handling.errors.ServerUnavailableError`. The JSONL file is closed and
+        the HTML written in every case. wandb runs offline unless a key is available.
         """
+        self._bound_server_wait()
         await self.setup()
         target = int(getattr(self, "n_groups_to_process", self.config.total_steps))
         group_size = int(getattr(self, "group_size_to_process", self.config.group_size))
@@ -84,6 +104,8 @@ class OfflineModesMixin:
                         await self.handle_send_to_api(
                             to_postprocess, item, do_send_to_api=False, abort_on_any_max_length_exceeded=False
                         )
+                except ServerUnavailableError as exc:
+                    raise self._server_down(exc) from exc
                 except Exception as exc:
                     last_problem = f"{type(exc).__name__}: {exc}"
                     logger.error("[%s] item %s failed: %s", self.env_label, describe_item(item), last_problem)
@@ -99,6 +121,9 @@ class OfflineModesMixin:
                     except Exception:
                         logger.error("[%s] wandb_log failed", self.env_label, exc_info=True)
                 else:
+                    down = self._server_down()
+                    if down is not None:
+                        raise down
                     failures_in_row += 1
                     if sum(self.discard_counts.values()) > discards_before:
                         last_problem = (
@@ -136,13 +161,22 @@ class OfflineModesMixin:
 
     async def _run_evaluate(self, *_: Any, **__: Any) -> None:
         """Run ``setup()`` then ``evaluate()`` once. With ``use_wandb`` a run is started (offline without a key)
-        and ``wandb_log`` is called afterwards to flush the evaluation metrics the env recorded."""
+        and ``wandb_log`` is called afterwards to flush the evaluation metrics the env recorded. Raises
+        :class:`~atroposlib.envs.server_handling.errors.ServerUnavailableError` when no inference server has
+        answered for ``server_unavailable_timeout`` seconds."""
+        self._bound_server_wait()
         await self.setup()
         if self.config.use_wandb:
             name = run_name(self.name or type(self).__name__)
             self._start_wandb_run(project=self.wandb_project, group=self.wandb_group, name=name)
         try:
-            await self.evaluate()
+            try:
+                await self.evaluate()
+            except ServerUnavailableError as exc:
+                raise self._server_down(exc) from exc
+            down = self._server_down()
+            if down is not None:
+                raise down
             if self._wandb_active():
                 try:
                     await self.wandb_log({})

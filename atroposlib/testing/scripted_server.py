@@ -112,9 +112,9 @@ def load_tokenizer(tokenizer: Any) -> Any:
     if tokenizer is None:
         return ByteTokenizer()
     if isinstance(tokenizer, (str, Path)):
-        from transformers import AutoTokenizer
+        from atroposlib.utils.hf_tokenizers import load_hf_tokenizer
 
-        return AutoTokenizer.from_pretrained(str(tokenizer))
+        return load_hf_tokenizer(str(tokenizer), flag="--tokenizer")
     return tokenizer
 
 

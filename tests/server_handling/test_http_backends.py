@@ -126,7 +126,7 @@ async def test_unhealthy_server_deadline(scripted):
     await server.chat_completion(messages=USER)
     scripted.control(healthy=False)
     await wait_until(lambda: not server.server_healthy)
-    with pytest.raises(ServerUnavailableError, match="stayed unhealthy"):
+    with pytest.raises(ServerUnavailableError, match="has not answered for"):
         await server.chat_completion(messages=USER)
     await server.close()
 
@@ -228,7 +228,7 @@ async def test_vllm_tokenizer_is_not_loaded_in_the_constructor():
         APIServerConfig(model_name="no/such-model-anywhere", base_url="http://127.0.0.1:9/v1")
     )
     assert not server._tokenizer.loaded()
-    with pytest.raises(RuntimeError, match="could not load tokenizer 'no/such-model-anywhere'"):
+    with pytest.raises(RuntimeError, match="cannot load tokenizer 'no/such-model-anywhere'"):
         server.tokenizer  # noqa: B018
 
 
@@ -284,3 +284,55 @@ async def test_trl_server(tiny_model_dir, tiny_tokenizer):
         with pytest.raises(NotImplementedError, match="does not return logprobs"):
             await server.tokens_and_logprobs_completion(prompt="Hi")
         await server.close()
+
+
+async def test_down_server_wait_is_reported_at_a_steady_interval(caplog):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    server = make_fast(OpenAIServer(APIServerConfig(model_name="m", base_url=url)))
+    server.unhealthy_report_interval = 0.1
+    caplog.set_level("INFO", logger="atroposlib.envs.server_handling.server_baseline")
+    request = asyncio.create_task(server.chat_completion(messages=USER))
+    await wait_until(lambda: sum("still waiting" in r.getMessage() for r in caplog.records) >= 3)
+    assert not request.done()  # the timeout (1200 s) has not passed: still waiting
+    started = [r.getMessage() for r in caplog.records if "is not answering" in r.getMessage()]
+    assert len(started) == 1 and url in started[0] and "cannot connect" in started[0]
+    reports = [r.getMessage() for r in caplog.records if "still waiting" in r.getMessage()]
+    assert all(url in m and "has not answered for" in m and "--openai.base_url" in m for m in reports)
+    request.cancel()
+    await asyncio.gather(request, return_exceptions=True)
+    await server.close()
+
+
+async def test_unavailable_grace_ends_the_wait_with_what_to_check():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    manager = ServerManager(APIServerConfig(model_name="m", base_url=url))
+    make_fast(manager.servers[0])
+    manager.unavailable_grace = 0.3
+    assert manager.unavailable_error() is None  # no request yet: nothing known to be down
+    with pytest.raises(ServerUnavailableError) as info:
+        await manager.chat_completion(messages=USER)
+    message = str(info.value)
+    assert url in message and "cannot connect" in message and "--openai.base_url" in message
+    # Later requests fail at once: the server is still known to be down.
+    with pytest.raises(ServerUnavailableError):
+        await manager.chat_completion(messages=USER)
+    assert isinstance(manager.unavailable_error(), ServerUnavailableError)
+    await manager.close()
+
+
+async def test_server_answering_again_ends_the_wait(tiny_model_dir):
+    with launch_scripted_server(respond=lambda p, i: "back", tokenizer=str(tiny_model_dir)) as scripted:
+        manager = ServerManager(config_for(scripted))
+        make_fast(manager.servers[0])
+        manager.unavailable_grace = 30
+        await manager.chat_completion(messages=USER)
+        scripted.control(healthy=False)
+        await wait_until(lambda: not manager.servers[0].server_healthy)
+        pending = asyncio.create_task(manager.chat_completion(messages=USER))
+        await asyncio.sleep(0.2)
+        assert not pending.done()
+        scripted.control(healthy=True)
+        reply = await asyncio.wait_for(pending, 10)
+        assert reply.choices[0].message.content == "back"
+        assert manager.unavailable_error() is None
+        await manager.close()

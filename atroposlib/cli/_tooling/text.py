@@ -86,14 +86,13 @@ def load_tokenizer(name: str | None, *, required: bool, local_files_only: bool =
             raise ToolError("a tokenizer is needed to decode tokens: pass --tokenizer NAME_OR_PATH")
         return None
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        from transformers import AutoTokenizer
+    from atroposlib.utils.hf_tokenizers import load_hf_tokenizer
 
-        return AutoTokenizer.from_pretrained(name, local_files_only=local_files_only)
+    try:
+        return load_hf_tokenizer(name, flag="--tokenizer", local_files_only=local_files_only)
     except Exception as exc:  # noqa: BLE001 - any hub/IO/format failure means "no tokenizer"
-        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         if required:
-            raise ToolError(f"cannot load tokenizer {name!r}: {reason}")
+            raise ToolError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
         return None
 
 

@@ -72,6 +72,29 @@ def is_retryable(exc: BaseException) -> bool:
     return False
 
 
+def describe_failure(exc: BaseException) -> str:
+    """A short, one-line reason for a failed request or health probe, for log lines and errors.
+
+    Examples: ``cannot connect (Connect call failed ('127.0.0.1', 9))``, ``no answer within the timeout``,
+    ``http://h/v1/models answered HTTP 503``.
+    """
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        reason = getattr(exc, "os_error", None)
+        detail = getattr(reason, "strerror", None) or str(reason or exc)
+        return f"cannot connect ({detail})"
+    if isinstance(
+        exc, (asyncio.TimeoutError, TimeoutError, aiohttp.ServerTimeoutError, openai.APITimeoutError)
+    ):
+        return "no answer within the timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__
+        return f"cannot connect ({cause})" if cause is not None else "cannot connect"
+    if isinstance(exc, ConnectionError):
+        return f"cannot connect ({exc.strerror or exc})"
+    text = " ".join(str(exc).split())[:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def is_connection_failure(exc: BaseException) -> bool:
     """True when ``exc`` means the server could not be reached at all (used to mark it unhealthy)."""
     if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):

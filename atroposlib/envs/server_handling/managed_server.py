@@ -121,9 +121,11 @@ class ManagedServer:
             self.tokenizer = server_tokenizer
             return
         try:
-            from transformers import AutoTokenizer
+            from atroposlib.utils.hf_tokenizers import load_hf_tokenizer
 
-            self.tokenizer = AutoTokenizer.from_pretrained(resolved_tokenizer_name(self.server.config))
+            self.tokenizer = load_hf_tokenizer(
+                resolved_tokenizer_name(self.server.config), flag="--openai.tokenizer_name"
+            )
         except Exception as exc:
             warnings.warn(
                 f"ManagedServer could not load a tokenizer ({exc}); pass tokenizer=... for exact token tracking.",

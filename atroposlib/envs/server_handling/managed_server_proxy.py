@@ -455,9 +455,16 @@ def main(argv: Optional[list[str]] = None) -> None:
         raise SystemExit(2)
 
     import uvicorn
-    from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_name or config.model_name)
+    from atroposlib.utils.hf_tokenizers import TokenizerLoadError, load_hf_tokenizer
+
+    try:
+        tokenizer = load_hf_tokenizer(
+            config.tokenizer_name or config.model_name, flag="tokenizer_name in --config"
+        )
+    except TokenizerLoadError as exc:
+        print(f"managed_server_proxy: error: {exc}", file=sys.stderr)
+        raise SystemExit(2)
     app = create_app(ServerManager(configs=configs), tokenizer=tokenizer, model_name=config.model_name)
     logger.info("ManagedServer proxy on %s:%d for %d backend(s)", args.host, args.port, len(configs))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

@@ -6,7 +6,9 @@ Names and defaults follow atroposlib 0.4.0. Differences that fix its defects:
 * Each request is retried at most ``APIServer.max_attempts`` times (default 3), only on transient
   failures, and the caller gets the original exception.
 * While a server is unhealthy, requests wait for it to recover for at most ``config.timeout``
-  seconds, then fail with :class:`ServerUnavailableError`; health checks use cheap endpoints.
+  seconds (or ``unavailable_grace`` seconds after it stopped answering, when set), then fail with
+  :class:`ServerUnavailableError`; health checks use cheap endpoints. The wait is logged when it
+  starts and every ``unhealthy_report_interval`` seconds (server, how long, last error, what to check).
 * Metric buffers are bounded by ``rolling_buffer_length``.
 """
 
@@ -30,6 +32,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from atroposlib.envs.server_handling.errors import (
     ServerUnavailableError,
+    describe_failure,
     is_connection_failure,
     is_retryable,
 )
@@ -335,6 +338,8 @@ class APIServer(ABC):
     health_check_max_backoff: float = 5.0
     #: Timeout of one health probe, seconds.
     health_probe_timeout: float = 5.0
+    #: Seconds between two log lines while the server is not answering.
+    unhealthy_report_interval: float = 15.0
 
     def __init__(self, config: APIServerConfig, reasoning_config: Optional[ReasoningConfig] = None):
         self.config = config
@@ -353,6 +358,14 @@ class APIServer(ABC):
         self._listeners: list[Callable[[], None]] = []
         self._recheck: Optional[asyncio.Event] = None
         self._warned_model_override = False
+        #: ``time.monotonic()`` when the server stopped answering; None while healthy.
+        self.unhealthy_since: Optional[float] = None
+        #: Why the last request or health probe failed (one line), for log lines and errors.
+        self.last_failure: Optional[str] = None
+        #: When set, requests stop waiting for an unhealthy server this many seconds after it stopped
+        #: answering (instead of ``config.timeout`` after they started).
+        self.unavailable_grace: Optional[float] = None
+        self._next_unhealthy_report = 0.0
 
     # -- health ------------------------------------------------------------------------------------
     @property
@@ -366,10 +379,45 @@ class APIServer(ABC):
         self._server_healthy = bool(value)
         if changed:
             if not value:
-                logger.warning("Inference server %s is unhealthy", self._describe())
+                self.unhealthy_since = time.monotonic()
+                self._next_unhealthy_report = self.unhealthy_since + self.unhealthy_report_interval
+                logger.warning(
+                    "inference server %s is not answering (%s); requests wait for it. %s",
+                    self._describe(),
+                    self.last_failure or "health check failed",
+                    self._what_to_check(),
+                )
             else:
-                logger.info("Inference server %s is healthy", self._describe())
+                down_for = time.monotonic() - self.unhealthy_since if self.unhealthy_since else 0.0
+                self.unhealthy_since = None
+                logger.info(
+                    "inference server %s is answering again (after %.0f s)", self._describe(), down_for
+                )
             self._notify()
+
+    def _what_to_check(self) -> str:
+        return "Check that it is running and reachable at this base_url (--openai.base_url)."
+
+    def unhealthy_for(self) -> float:
+        """Seconds since the server stopped answering (0.0 while healthy)."""
+        if self._server_healthy or self.unhealthy_since is None:
+            return 0.0
+        return max(0.0, time.monotonic() - self.unhealthy_since)
+
+    def unavailable_message(self) -> str:
+        """One line saying which server is down, for how long, why, and what to check."""
+        return (
+            f"inference server {self._describe()} has not answered for {self.unhealthy_for():.0f} s "
+            f"({self.last_failure or 'health check failed'}). {self._what_to_check()}"
+        )
+
+    def _report_unhealthy(self) -> None:
+        """Log the ongoing wait every ``unhealthy_report_interval`` seconds while unhealthy."""
+        now = time.monotonic()
+        if self._server_healthy or now < self._next_unhealthy_report:
+            return
+        self._next_unhealthy_report = now + self.unhealthy_report_interval
+        logger.warning("still waiting: %s", self.unavailable_message())
 
     def _describe(self) -> str:
         return getattr(self.config, "base_url", None) or type(self).__name__
@@ -428,17 +476,21 @@ class APIServer(ABC):
         while True:
             try:
                 healthy = await self._probe_health()
+                if not healthy:
+                    self.last_failure = "its health check answered with a server error"
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a probe must never kill the loop
                 logger.debug("health probe of %s failed: %r", self._describe(), exc)
+                self.last_failure = describe_failure(exc)
                 healthy = False
             self.server_healthy = healthy
             if healthy:
                 backoff = 0.25
                 interval = self.health_check_interval
             else:
-                interval = backoff
+                self._report_unhealthy()
+                interval = min(backoff, self.unhealthy_report_interval)
                 backoff = min(backoff * 2, self.health_check_max_backoff)
             self._recheck.clear()
             try:
@@ -451,7 +503,11 @@ class APIServer(ABC):
             self._recheck.set()
 
     async def _wait_until_healthy(self, deadline: float) -> None:
-        """Return once the server is healthy; ServerUnavailableError at ``deadline`` (loop time)."""
+        """Return once the server is healthy.
+
+        Raises ServerUnavailableError at ``deadline`` (loop time) or, when ``unavailable_grace`` is set,
+        once the server has not answered for that many seconds.
+        """
         if self.server_healthy:
             return
         loop = asyncio.get_running_loop()
@@ -463,11 +519,10 @@ class APIServer(ABC):
                 if self.server_healthy:
                     return
                 remaining = deadline - loop.time()
+                if self.unavailable_grace is not None:
+                    remaining = min(remaining, self.unavailable_grace - self.unhealthy_for())
                 if remaining <= 0:
-                    raise ServerUnavailableError(
-                        f"inference server {self._describe()} stayed unhealthy for "
-                        f"{self.config.timeout} s; is it running and reachable?"
-                    )
+                    raise ServerUnavailableError(self.unavailable_message())
                 try:
                     await asyncio.wait_for(changed.wait(), timeout=remaining)
                 except asyncio.TimeoutError:
@@ -578,8 +633,10 @@ class APIServer(ABC):
                 try:
                     return await wrapper(**dict(kwargs))
                 except Exception as exc:
-                    if is_connection_failure(exc) and self._health_checks_enabled():
-                        self._request_recheck()
+                    if is_connection_failure(exc):
+                        self.last_failure = describe_failure(exc)
+                        if self._health_checks_enabled():
+                            self._request_recheck()
                     raise
 
         retrying = AsyncRetrying(
@@ -605,12 +662,15 @@ class APIServer(ABC):
 
     def _log_retry(self, retry_state) -> None:
         exc = retry_state.outcome.exception() if retry_state.outcome else None
-        logger.warning(
-            "request to %s failed (attempt %d/%d): %r; retrying",
+        # A server that cannot be reached is reported by the health check (once, then at intervals).
+        quiet = exc is not None and is_connection_failure(exc) and self._health_checks_enabled()
+        logger.log(
+            logging.DEBUG if quiet else logging.WARNING,
+            "request to %s failed (attempt %d/%d): %s; retrying",
             self._describe(),
             retry_state.attempt_number,
             self.max_attempts,
-            exc,
+            describe_failure(exc) if exc is not None else "unknown error",
         )
 
     # -- public API --------------------------------------------------------------------------------

@@ -34,15 +34,9 @@ class LazyTokenizer:
         if self._tokenizer is None:
             with self._lock:
                 if self._tokenizer is None:
-                    from transformers import AutoTokenizer
+                    from atroposlib.utils.hf_tokenizers import load_hf_tokenizer
 
-                    try:
-                        self._tokenizer = AutoTokenizer.from_pretrained(self.name)
-                    except Exception as exc:
-                        raise RuntimeError(
-                            f"could not load tokenizer {self.name!r} (set tokenizer_name in the server config, "
-                            f"or pass input_ids): {exc}"
-                        ) from exc
+                    self._tokenizer = load_hf_tokenizer(self.name, flag="--openai.tokenizer_name")
         return self._tokenizer
 
 

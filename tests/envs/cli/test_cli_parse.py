@@ -235,13 +235,14 @@ def test_construction_failure_is_one_line_exit_1(capsys):
         )
     assert exited.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert "error: could not construct LayerEnv: RuntimeError: could not load tokenizer" in err[-1]
+    assert "error: could not construct LayerEnv: TokenizerLoadError: cannot load tokenizer" in err[-1]
+    assert "'/nonexistent/tokenizer' (--env.tokenizer_name): no such directory" in err[-1]
     assert "Traceback" not in "\n".join(err)
 
 
 def test_construction_failure_traceback_on_request(monkeypatch):
     monkeypatch.setenv("ATROPOS_CLI_TRACEBACK", "1")
-    with pytest.raises(RuntimeError, match="could not load tokenizer"):
+    with pytest.raises(RuntimeError, match="cannot load tokenizer '/nonexistent/tokenizer'"):
         run_cli(
             LayerEnv, ["serve", "--env.tokenizer_name", "/nonexistent/tokenizer", "--env.use_wandb", "false"]
         )
@@ -262,6 +263,10 @@ def test_help_lists_every_field_with_its_effective_default(capsys, mode):
     for flag, default in expected.items():
         match = re.search(rf"--{re.escape(flag)} \S+ (.*?)(?= --[a-z]|$)", text)
         assert match, f"--{flag} missing from help"
+        if flag == "env.tokenizer_name" and default is None:  # resolved later: the served model
+            default = f"the served model's name, now {init_server.model_name}"
+            assert f"(default: {default})" in match.group(1), (flag, match.group(1))
+            continue
         assert f"(default: {format_default(default)})" in match.group(1), (flag, match.group(1))
     assert "(default: 5)" in text and "(default: 100)" in text  # config_init values, not class defaults
 
