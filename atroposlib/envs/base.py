@@ -40,6 +40,7 @@ from atroposlib.envs.server_handling.server_baseline import (
     ReasoningConfig,
     ServerBaseline,
 )
+from atroposlib.envs.server_handling.server_harness import ServerHarness
 from atroposlib.envs.server_handling.server_manager import ServerManager, ServerManagerConfig
 from atroposlib.envs.tokenizer_compat import ensure_token_list_chat_template
 from atroposlib.envs.wandb_logging import WandbLoggingMixin
@@ -125,6 +126,11 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
         self.max_token_len = -1
         config.tokenizer_name = resolve_tokenizer_name(config.tokenizer_name, server_configs)
         self.tokenizer = load_tokenizer(config.tokenizer_name)
+        if testing:
+            # The in-process fake backend answers in this tokenizer's ids, so replies decode to text.
+            for server in getattr(self.server, "servers", None) or []:
+                if isinstance(server, ServerHarness) and server.tokenizer is None:
+                    server.tokenizer = self.tokenizer
         self.completion_lengths: list[int] = []
         self.max_num_workers = resolve_max_num_workers(
             config.max_num_workers,

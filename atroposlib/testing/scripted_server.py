@@ -743,7 +743,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         description="Scripted OpenAI-compatible inference server (tests, benchmarks)."
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8123, help="port (default 8123)")
+    parser.add_argument("--port", type=int, default=8123, help="port (default 8123; 0 = a free one)")
     parser.add_argument(
         "--tokenizer", default=None, help="Hugging Face tokenizer directory (default: UTF-8 bytes)"
     )
@@ -775,7 +775,33 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     import uvicorn
 
-    uvicorn.run(create_app(backend), host=args.host, port=args.port, log_level="warning", access_log=False)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        sock.close()
+        parser.exit(
+            2,
+            f"scripted_server: error: cannot listen on {args.host}:{args.port} ({exc.strerror}); pick another --port\n",
+        )
+    sock.listen(2048)  # connections made right after the line below wait for the server, not fail
+    port = sock.getsockname()[1]
+    host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
+    if args.respond_fn:
+        answers = args.respond_fn
+    elif args.response:
+        answers = f"{len(args.response)} fixed answer(s)"
+    else:
+        answers = "always the same sentence"
+    print(
+        f"scripted_server: listening on http://{host}:{port}/v1 (model name {args.model_name!r}, "
+        f"answers: {answers}; token ids: {args.tokenizer or 'UTF-8 bytes (no --tokenizer)'}); Ctrl-C stops it",
+        flush=True,
+    )
+    config = uvicorn.Config(create_app(backend), log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 if __name__ == "__main__":
