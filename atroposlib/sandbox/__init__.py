@@ -10,8 +10,8 @@
     result.stdout, result.exit_code, result.timed_out, result.reason
 
 Every run gets new user, pid, network (its own loopback only: no network at all), IPC, UTS and mount
-namespaces, a read-only view of the system and the Python installation, a private tmpfs work directory, and limits on
-CPU time, address space, file size, processes, open files, output and wall-clock time
+namespaces, a read-only view of the system and the Python installation, a private tmpfs work directory,
+and limits on CPU time, address space, file size, processes, open files, output and wall-clock time
 (:class:`SandboxLimits`). There is no fallback to unsandboxed execution unless the caller asks for it
 with ``allow_unsandboxed=True`` (logged as an error). What is and is not protected is spelled out in
 :mod:`atroposlib.sandbox.bubblewrap`; the asyncio pool in :mod:`atroposlib.sandbox.runner`.

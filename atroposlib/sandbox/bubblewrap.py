@@ -167,7 +167,7 @@ def readonly_layout(extra_paths: Sequence[str], mountpoints: Sequence[str]) -> l
 
 
 def prlimit_args(tools: Tools, limits: SandboxLimits) -> list[str]:
-    """``prlimit`` and its options for ``limits`` (soft = hard, except CPU: SIGXCPU first, SIGKILL 1 s later)."""
+    """``prlimit`` with ``limits`` (soft = hard, except CPU: SIGXCPU at the limit, SIGKILL 1 s later)."""
     fsize = limits.file_size_mb * _MIB
     memory = limits.memory_mb * _MIB
     return [

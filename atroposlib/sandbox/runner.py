@@ -76,7 +76,7 @@ def _valid_file_name(name: str) -> bool:
 
 
 class Sandbox:
-    """Runs programs under bubblewrap with the limits of :class:`SandboxLimits`, up to ``max_parallel`` at once.
+    """Runs programs under bubblewrap within :class:`SandboxLimits`, up to ``max_parallel`` at once.
 
     ``limits`` are the defaults of every run (a run may pass its own). ``allow_unsandboxed=True`` is an
     explicit escape hatch for machines where bubblewrap cannot run: programs then run as plain
