@@ -69,3 +69,18 @@ def test_ingest_floor_runs_and_reports():
         "this:",
     ):
         assert label in done.stdout, done.stdout
+
+
+def test_api_capacity_runs_and_reports(tmp_path):
+    out = tmp_path / "capacity.json"
+    done = run_script(
+        "benchmarks/api_capacity.py",
+        "--clients", "4", "--group-size", "4", "--seq-len", "64", "--batch-size", "16",
+        "--duration", "2", "--warmup", "1", "--json-out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert figures["accepted_seq_per_s"] > 0 and figures["served_seq_per_s"] > 0
+    assert figures["queue_ms"]["p50"] > 0 and figures["rss_mib"]["peak"] > 0
+    assert figures["errors"] == 0
+    assert "queue latency ms" in done.stdout and "API RSS MiB" in done.stdout
