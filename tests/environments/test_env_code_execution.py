@@ -1,4 +1,4 @@
-"""The code execution environment: schemas, sandboxed judging, hostile programs, ``process`` and ``evaluate``."""
+"""The code execution environment: schemas, sandboxed judging, hostile programs, ``process``, ``evaluate``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from atroposlib.envs.data_loading import DatasetError
 from atroposlib.sandbox import SandboxError
 from environments.code_execution_server import (
     CodeConfig,
-    CodingEnv,
     CodeProblem,
+    CodingEnv,
     humaneval_rows,
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
@@ -43,7 +43,8 @@ RIGHT = {
         "            n += 1\n    return n\n"
     ),
     "running_max": (
-        "from itertools import accumulate\n\ndef running_max(values):\n    return list(accumulate(values, max))\n"
+        "from itertools import accumulate\n\n"
+        "def running_max(values):\n    return list(accumulate(values, max))\n"
     ),
     "For every pair print a + b": (
         "import sys\ndata = sys.stdin.read().split()\nt = int(data[0])\n"
@@ -114,7 +115,11 @@ def env(tokenizer_dir) -> CodingEnv:
 
 async def test_the_three_schemas_are_read_from_their_fields(problems):
     mbpp = problems["sum of the squares of the digits"]
-    assert mbpp.kind == "function" and len(mbpp.tests) == 3 and "assert digit_square_sum(12) == 5" in mbpp.statement
+    assert (
+        mbpp.kind == "function"
+        and len(mbpp.tests) == 3
+        and "assert digit_square_sum(12) == 5" in mbpp.statement
+    )
     assert problems["area of a circle"].setup_code == "import math"
     humaneval = problems["count_vowels"]
     assert humaneval.kind == "function" and humaneval.preamble.startswith("def count_vowels")
@@ -176,7 +181,8 @@ async def test_setup_stops_when_the_sandbox_cannot_run(tokenizer_dir, monkeypatc
 def test_process_reports_a_missing_sandbox_in_one_line(tmp_path, tokenizer_dir):
     result = run_env(
         ENVIRONMENTS / "code_execution_server.py",
-        ["process", "--env.dataset_path", MBPP, "--env.tokenizer_name", tokenizer_dir, "--env.use_wandb", "false",
+        ["process", "--env.dataset_path", MBPP, "--env.tokenizer_name", tokenizer_dir,
+         "--env.use_wandb", "false",
          "--openai.base_url", "http://127.0.0.1:9/v1", "--openai.model_name", "m"],
         cwd=tmp_path,
         env={**os.environ, "PATH": str(tmp_path)},
@@ -241,10 +247,13 @@ HOSTILE = {
     "infinite loop at import": "while True:\n    pass\n",
     "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
     "8 GiB": "block = bytearray(8 << 30)\ndef digit_square_sum(n):\n    return 0\n",
-    "kill the parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.killpg(0, signal.SIGKILL)\n",
+    "kill the parent": (
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.killpg(0, signal.SIGKILL)\n"
+    ),
     "kill everything": "import os\nos.system('kill -9 -1')\n",
     "fill the disk": (
-        "i = 0\nwhile True:\n    try:\n        open(f'f{i}', 'wb').write(b'x' * (1 << 20))\n    except OSError:\n"
+        "i = 0\nwhile True:\n    try:\n        open(f'f{i}', 'wb').write(b'x' * (1 << 20))\n"
+        "    except OSError:\n"
         "        break\n    i += 1\ndef digit_square_sum(n):\n    return -1\n"
     ),
     "print gigabytes": "import sys\nwhile True:\n    sys.stdout.write('passed ' * 10000)\n",
@@ -269,7 +278,8 @@ async def test_hostile_solutions_score_zero_and_the_env_carries_on(env, problems
 
 async def test_hostile_stdio_solutions_score_zero(env, problems):
     problem = problems["For every pair print a + b"]
-    for code in (HOSTILE["sys.exit(0) before the tests"], HOSTILE["kill everything"], HOSTILE["print gigabytes"],
+    for code in (HOSTILE["sys.exit(0) before the tests"], HOSTILE["kill everything"],
+                 HOSTILE["print gigabytes"],
                  "print('3\\n7')\n"):  # fmt: skip
         verdict = await env.judge(reply(code), problem)
         assert verdict.score == 0.0, code
@@ -353,7 +363,9 @@ def test_process_with_the_local_fixtures(tmp_path, tokenizer_dir, path, count):
     for group in groups:
         check_group(group, 4)
         assert sorted(group["scores"]) == [0.0, 0.0, 1.0, 1.0]
-        for messages, score, override in zip(group["messages"], group["scores"], group["overrides"], strict=True):
+        for messages, score, override in zip(
+            group["messages"], group["scores"], group["overrides"], strict=True
+        ):
             key = key_of(messages[1]["content"])
             seen.add(key)
             meta = override["code_execution"]
