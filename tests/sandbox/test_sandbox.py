@@ -66,7 +66,7 @@ async def test_unknown_command_is_a_program_failure_not_a_sandbox_error(sandbox)
 
 
 async def test_runs_overlap_up_to_max_parallel():
-    code = "import json, time\nstart = time.time()\ntime.sleep(1)\nprint(json.dumps([start, time.time()]))\n"
+    code = "import json, time\nstart = time.time()\ntime.sleep(2)\nprint(json.dumps([start, time.time()]))\n"
     parallel = Sandbox(max_parallel=4)
     spans = [
         json.loads(r.stdout) for r in await asyncio.gather(*(parallel.run_python(code) for _ in range(4)))
