@@ -121,11 +121,12 @@ def find_tools(bwrap_path: Optional[str] = None, as_root: Optional[bool] = None)
 
 
 def python_paths(executable: str = sys.executable) -> list[str]:
-    """Host directories a Python interpreter needs: its (base) prefixes and the home of its real binary."""
+    """Host directories a Python interpreter needs: this interpreter's prefixes, the prefix ``executable``
+    sits in (a virtualenv's) and the prefix of the binary it resolves to."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    real = os.path.realpath(executable)
-    paths.add(os.path.dirname(os.path.dirname(real)))
-    return sorted(os.path.realpath(p) for p in paths if p)
+    paths.add(os.path.dirname(os.path.dirname(os.path.abspath(executable))))
+    paths.add(os.path.dirname(os.path.dirname(os.path.realpath(executable))))
+    return sorted({os.path.abspath(p) for p in paths if p} | {os.path.realpath(p) for p in paths if p})
 
 
 def _covered(path: str, roots: Iterable[str]) -> bool:
@@ -133,15 +134,23 @@ def _covered(path: str, roots: Iterable[str]) -> bool:
     return any(candidate == PurePosixPath(r) or PurePosixPath(r) in candidate.parents for r in roots)
 
 
-def readonly_layout(extra_paths: Sequence[str], mountpoints: Sequence[str]) -> list[str]:
-    """bwrap options for the read-only file system: system paths, ``extra_paths``, empty ``mountpoints``.
+def readonly_layout(
+    extra_paths: Sequence[str],
+    mountpoints: Sequence[str],
+    *,
+    system: bool = True,
+    existing: Sequence[str] = (),
+) -> list[str]:
+    """bwrap options for the read-only file system: system paths (unless ``system`` is False),
+    ``extra_paths`` and empty ``mountpoints``.
 
     Parent directories of binds are created world-readable (bwrap's default for them is 0700, which a
-    non-root sandbox user could not traverse). Paths already inside a bound directory are skipped.
+    non-root sandbox user could not traverse), except the ``existing`` ones. Paths already inside a bound
+    directory are skipped.
     """
     args: list[str] = []
     bound: list[str] = []
-    made: set[str] = {"/"}
+    made: set[str] = {"/", *existing}
 
     def parents(path: str) -> None:
         for parent in reversed(PurePosixPath(path).parents):
@@ -150,7 +159,7 @@ def readonly_layout(extra_paths: Sequence[str], mountpoints: Sequence[str]) -> l
                 args.extend(["--perms", "0755", "--dir", text])
                 made.add(text)
 
-    for path in [*SYSTEM_PATHS, *extra_paths]:
+    for path in [*(SYSTEM_PATHS if system else ()), *extra_paths]:
         if _covered(path, bound) or not os.path.lexists(path):
             continue
         parents(path)
@@ -221,6 +230,11 @@ def build_command(
         "--size", disk, "--perms", "0755", "--tmpfs", WORK_DIR,
         "--size", disk, "--perms", "1777", "--tmpfs", "/tmp",
     ]  # fmt: skip
+    # Binds under the private mounts (e.g. a virtualenv in the host's /tmp) would be hidden by them:
+    # bind them again on top.
+    private_mounts = ("/tmp", "/dev/shm", WORK_DIR)
+    hidden = [p for p in [*extra_paths, *bwrap_home] if _covered(p, private_mounts)]
+    private.extend(readonly_layout(hidden, [], system=False, existing=private_mounts))
     for name, fd in files.items():
         private.extend(["--perms", "0644", "--file", str(fd), f"{WORK_DIR}/{name}"])
     private.extend(["--chdir", WORK_DIR, "--remount-ro", "/", "--clearenv"])

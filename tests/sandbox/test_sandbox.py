@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -203,3 +204,15 @@ def test_python_inside_is_this_interpreter(sandbox):
 
     assert asyncio.run(main()).stdout.strip() == sys.version
     assert os.path.isabs(sandbox.python) and Path(sandbox.python).exists()
+
+
+async def test_a_virtualenv_under_the_hosts_tmp_is_usable(tmp_path):
+    """Its binds lie under the sandbox's private /tmp and are bound again on top of it."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    box = Sandbox(python=str(venv / "bin" / "python"))
+    box.check()
+    result = await box.run_python("import sys; print(sys.prefix)")
+    assert result.exit_code == 0 and result.stdout.strip() == str(venv)
+    writable = await box.run_python(f"open({str(venv / 'x')!r}, 'w')")
+    assert writable.exit_code == 1 and "Read-only file system" in writable.stderr
