@@ -130,8 +130,8 @@ class Sandbox:
 
         Causes named: bwrap, prlimit, setpriv or sh missing; the kernel refusing the namespaces (e.g.
         unprivileged user namespaces disabled); the interpreter not runnable inside. Does nothing with
-        ``allow_unsandboxed=True``. Blocking (a fraction of a second); call it at start-up, outside the
-        event loop or before it starts.
+        ``allow_unsandboxed=True``. Blocks for a fraction of a second (also when called from a running
+        event loop, whose other tasks then wait); call it once at start-up.
         """
         if self.allow_unsandboxed:
             return
