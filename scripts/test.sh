@@ -6,4 +6,6 @@ bash scripts/install.sh --test
 export WANDB_MODE=offline HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 python3 -m ruff check .
 python3 -m ruff format --check .
-python3 -m pytest -q -p no:cacheprovider "$@"
+# Worker processes, one per core (-n auto); tests sharing one service (vLLM, SLURM) or resource (the
+# sandbox's user ids) keep to one worker each (xdist_group marks set in tests/conftest.py).
+python3 -m pytest -q -p no:cacheprovider -n auto --dist loadgroup "$@"

@@ -11,6 +11,24 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+#: Session fixtures that start one machine-wide service, and tests that share one machine-wide resource:
+#: under pytest-xdist (scripts/test.sh) each group runs on a single worker, so the service starts once and
+#: the tests of a group never compete with each other.
+_FIXTURE_GROUPS = {"vllm_server": "vllm", "slurm_cluster": "slurm"}
+_PATH_GROUPS = {"tests/sandbox/": "sandbox"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (it suffixes node ids with the group)
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = next((g for name, g in _FIXTURE_GROUPS.items() if name in item.fixturenames), None)
+        if group is None:
+            group = next((g for prefix, g in _PATH_GROUPS.items() if item.nodeid.startswith(prefix)), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture
 def api(tmp_path):
@@ -23,7 +41,8 @@ def api(tmp_path):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir():
-    """Directory of the tiny local Qwen2 model + tokenizer (built once, cached)."""
+    """Directory of the tiny local Qwen2 model + tokenizer (built once, cached; parallel workers wait for the
+    first build)."""
     from atroposlib.testing.tiny_model import build_tiny_model
 
     return build_tiny_model()

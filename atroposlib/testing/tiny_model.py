@@ -25,6 +25,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from filelock import FileLock
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' }}"
@@ -161,8 +163,9 @@ def build_tiny_model(
 ) -> Path:
     """Return the directory of the tiny model for ``spec``, building it first if needed.
 
-    The build is atomic (written to a temporary directory, then renamed), so concurrent callers
-    never see a half-written model.
+    The build is atomic (written to a temporary directory, then renamed), so readers never see a
+    half-written model, and serialised by a file lock beside it, so concurrent callers (several
+    processes, e.g. parallel test workers) build it once and the others wait for that build.
     """
     spec = spec or TinyModelSpec()
     root = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -170,6 +173,14 @@ def build_tiny_model(
     if target.joinpath("model.safetensors").exists() and not force:
         return target
     root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / f".{target.name}.lock")):
+        if target.joinpath("model.safetensors").exists() and not force:
+            return target  # built by another process while this one waited
+        _build_into(spec, root, target, force)
+    return target
+
+
+def _build_into(spec: TinyModelSpec, root: Path, target: Path, force: bool) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
         tokenizer = build_tokenizer(spec, tmp)
@@ -184,7 +195,6 @@ def build_tiny_model(
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def main(argv: list[str] | None = None) -> None:
