@@ -244,21 +244,31 @@ def run_generator(args: argparse.Namespace, prog: str, to_records: GroupToRecord
     def reached() -> bool:
         return limit is not None and stats.records >= limit
 
+    # Every input is opened (files found, API reached) before the progress bar is drawn, so a bad
+    # input is reported alone.
+    readers: list[JsonlGroupFile] = []
+    source: InspectPoller | BatchConsumer | None = None
+    if args.input:
+        readers = [JsonlGroupFile(path) for path in args.input]
+        for reader in readers:
+            reader.problems = stats.problems
+    else:
+        client = ApiClient(args.api_url, resolve_api_key(args.api_key))
+        try:
+            source = _open_live_source(args, client)
+        except BaseException:
+            client.close()
+            raise
+        source.problems = stats.problems
     bar = tqdm(total=limit, unit="rec", desc=prog, file=sys.stderr, dynamic_ncols=True)
     try:
         with stop_on_signals() as stop:
-            if args.input:
-                for path in args.input:
-                    reader = JsonlGroupFile(path)
-                    reader.problems = stats.problems
-                    for record in reader.read_new(final=True):
-                        if reached() or stop.is_set():
-                            break
-                        handle(record)
-            else:
-                client = ApiClient(args.api_url, resolve_api_key(args.api_key))
-                source = _open_live_source(args, client)
-                source.problems = stats.problems
+            for reader in readers:
+                for record in reader.read_new(final=True):
+                    if reached() or stop.is_set():
+                        break
+                    handle(record)
+            if source is not None:
                 _poll_loop(args, source, handle, reached, stop, stats, bar)
     finally:
         bar.close()
@@ -319,11 +329,11 @@ def _finish(prog: str, args: argparse.Namespace, stats: RunStats, out_path: Path
     notes = stats.problems.summary("groups/lines")
     if notes:
         print(f"{prog}: {notes}", file=sys.stderr)
-    print(
-        f"{prog}: wrote {stats.records} records from {stats.groups} groups to {out_path}",
-        file=sys.stderr,
-    )
     if stats.records:
+        print(
+            f"{prog}: wrote {stats.records} records from {stats.groups} groups to {out_path}",
+            file=sys.stderr,
+        )
         return 0
     if args.save_messages and stats.groups and stats.skipped_no_messages == stats.groups:
         raise ToolError("no group carried messages, so --save-messages had nothing to write (drop the flag)")
