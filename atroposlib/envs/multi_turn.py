@@ -46,6 +46,7 @@ from atroposlib.envs.episodes import (
     turn_level_advantages,
 )
 from atroposlib.envs.groups import ScoredDataGroup
+from atroposlib.envs.reporting import EvalReporting, mean, summary_line
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class MultiTurnEnvConfig(BaseEnvConfig):
     )
 
 
-class MultiTurnEnv(BaseEnv):
+class MultiTurnEnv(EvalReporting, BaseEnv):
     """Items played as multi-turn episodes (see the module docstring)."""
 
     env_config_cls = MultiTurnEnvConfig
@@ -96,7 +97,6 @@ class MultiTurnEnv(BaseEnv):
         self.iter = 0
         self.train_scores: list[float] = []
         self.train_metrics: dict[str, list[float]] = {}
-        self.eval_metrics: list[tuple[str, float]] = []
 
     # -- the task (subclass hooks) ----------------------------------------------------------------------
     @abstractmethod
@@ -202,9 +202,7 @@ class MultiTurnEnv(BaseEnv):
         }
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        items = list(self.eval_items())
-        if self.config.eval_limit is not None:
-            items = items[: self.config.eval_limit]
+        items = self.limited_eval_items()
         if not items:
             logger.warning("%s: no evaluation items; nothing evaluated", self.name)
             return
@@ -217,45 +215,36 @@ class MultiTurnEnv(BaseEnv):
             logger.warning("%s: no evaluation episode could be played", self.name)
             return
         metrics = {
-            "eval/mean_score": sum(s["score"] for s in samples) / len(samples),
-            "eval/percent_correct": sum(1 for s in samples if s["correct"]) / len(samples),
-            "eval/mean_turns": sum(s["turns"] for s in samples) / len(samples),
+            "eval/mean_score": mean([s["score"] for s in samples]),
+            "eval/percent_correct": mean([1.0 if s["correct"] else 0.0 for s in samples]),
+            "eval/mean_turns": mean([s["turns"] for s in samples]),
         }
         keys = sorted({k for s in samples for k in s["metrics"]})
         for key in keys:
-            values = [s["metrics"][key] for s in samples if key in s["metrics"]]
-            metrics[f"eval/{key}"] = sum(values) / len(values)
-        print(
-            f"{self.name} evaluation on {len(samples)} episodes: "
-            + " ".join(f"{k.removeprefix('eval/')}={v:.4f}" for k, v in metrics.items()),
-            flush=True,
-        )
-        self.eval_metrics.extend(metrics.items())
-        await self.evaluate_log(
-            metrics=metrics,
-            samples=samples,
-            start_time=start,
-            end_time=end,
-            generation_parameters={
+            metrics[f"eval/{key}"] = mean([s["metrics"][key] for s in samples if key in s["metrics"]])
+        await self.report_evaluation(
+            metrics,
+            samples,
+            start,
+            end,
+            {
                 "temperature": self.config.eval_temperature,
                 "max_tokens": self.generation_budget,
                 "max_turns": self.config.max_turns,
             },
+            summary_line(self.name, len(samples), "episodes", metrics),
         )
 
     # -- logging and checkpoints ------------------------------------------------------------------------
     async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
         wandb_metrics = dict(wandb_metrics or {})
         if self.train_scores:
-            wandb_metrics["train/mean_score"] = sum(self.train_scores) / len(self.train_scores)
+            wandb_metrics["train/mean_score"] = mean(self.train_scores)
         for key, values in self.train_metrics.items():
             if values:
-                wandb_metrics[f"train/{key}"] = sum(values) / len(values)
+                wandb_metrics[f"train/{key}"] = mean(values)
         self.train_scores = []
         self.train_metrics = {}
-        for key, value in self.eval_metrics:
-            wandb_metrics[key] = value
-        self.eval_metrics = []
         await super().wandb_log(wandb_metrics)
 
     def save_checkpoint(self, step, data=None) -> None:

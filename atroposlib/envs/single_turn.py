@@ -32,6 +32,7 @@ from pydantic import Field
 
 from atroposlib.envs.base import BaseEnv, BaseEnvConfig
 from atroposlib.envs.groups import ScoredDataGroup
+from atroposlib.envs.reporting import EvalReporting, mean
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +49,12 @@ class SingleTurnEnvConfig(BaseEnvConfig):
     eval_limit: Optional[int] = Field(None, ge=1, description="evaluate on at most this many items")
 
 
-class SingleTurnEnv(BaseEnv):
-    """One prompt, ``group_size`` replies, one float reward per reply (see the module docstring)."""
+class SingleTurnEnv(EvalReporting, BaseEnv):
+    """One prompt, ``group_size`` replies, one float reward per reply (see the module docstring).
+
+    ``self.train`` and ``self.test`` (empty lists until ``setup`` fills them) back the default
+    :meth:`get_next_item` (the training items in turn, cycling) and :meth:`eval_items`.
+    """
 
     env_config_cls = SingleTurnEnvConfig
     #: An evaluation reply counts as correct when its score is at least this.
@@ -59,8 +64,8 @@ class SingleTurnEnv(BaseEnv):
         super().__init__(config, server_configs, slurm, testing)
         self.config: SingleTurnEnvConfig
         self.iter = 0
-        self.percent_correct_buffer: list[float] = []
-        self.eval_metrics: list[tuple[str, float]] = []
+        self.train: list[Any] = []
+        self.test: list[Any] = []
 
     # -- the task (subclass hooks) ----------------------------------------------------------------------
     @abstractmethod
@@ -85,9 +90,15 @@ class SingleTurnEnv(BaseEnv):
         event loop keeps running meanwhile."""
         return self.score_replies(replies, item)
 
-    @abstractmethod
+    async def get_next_item(self) -> Any:
+        """The next training item: ``self.train`` in order, starting over at the end."""
+        item = self.train[self.iter % len(self.train)]
+        self.iter += 1
+        return item
+
     def eval_items(self) -> Sequence[Any]:
-        """The evaluation set (before ``eval_limit`` is applied)."""
+        """The evaluation set (before ``eval_limit`` is applied; default ``self.test``)."""
+        return self.test
 
     def eval_sample_fields(self, item: Any) -> dict[str, Any]:
         """Extra fields written with each evaluation sample (e.g. the question and the gold answer)."""
@@ -171,10 +182,24 @@ class SingleTurnEnv(BaseEnv):
             "correct": score >= self.correct_threshold,
         }
 
+    def evaluation_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+        """The logged metrics of the evaluation samples: ``eval/percent_correct``, ``eval/mean_score`` and
+        :meth:`extra_eval_metrics`."""
+        return {
+            "eval/percent_correct": mean([1.0 if s["correct"] else 0.0 for s in samples]),
+            "eval/mean_score": mean([s["score"] for s in samples]),
+            **self.extra_eval_metrics(samples),
+        }
+
+    def evaluation_summary(self, metrics: dict[str, float], samples: Sequence[dict[str, Any]]) -> str:
+        """The line printed after an evaluation."""
+        return (
+            f"{self.name} evaluation: percent_correct={metrics['eval/percent_correct']:.4f} "
+            f"mean_score={metrics['eval/mean_score']:.4f} on {len(samples)} items"
+        )
+
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        items = list(self.eval_items())
-        if self.config.eval_limit is not None:
-            items = items[: self.config.eval_limit]
+        items = self.limited_eval_items()
         if not items:
             logger.warning("%s: no evaluation items; nothing evaluated", self.name)
             return
@@ -182,41 +207,17 @@ class SingleTurnEnv(BaseEnv):
         sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))
         samples = await asyncio.gather(*(self._eval_one(item, sem) for item in items))
         end = time.time()
-        metrics = {
-            "eval/percent_correct": sum(1 for s in samples if s["correct"]) / len(samples),
-            "eval/mean_score": sum(s["score"] for s in samples) / len(samples),
-            **self.extra_eval_metrics(samples),
-        }
-        print(
-            f"{self.name} evaluation: percent_correct={metrics['eval/percent_correct']:.4f} "
-            f"mean_score={metrics['eval/mean_score']:.4f} on {len(samples)} items",
-            flush=True,
-        )
-        self.eval_metrics.extend(metrics.items())
-        await self.evaluate_log(
-            metrics=metrics,
-            samples=samples,
-            start_time=start,
-            end_time=end,
-            generation_parameters={
-                "temperature": self.config.eval_temperature,
-                "max_tokens": self.generation_budget,
-            },
+        metrics = self.evaluation_metrics(samples)
+        await self.report_evaluation(
+            metrics,
+            samples,
+            start,
+            end,
+            {"temperature": self.config.eval_temperature, "max_tokens": self.generation_budget},
+            self.evaluation_summary(metrics, samples),
         )
 
-    # -- logging and checkpoints ------------------------------------------------------------------------
-    async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
-        wandb_metrics = dict(wandb_metrics or {})
-        if self.percent_correct_buffer:
-            wandb_metrics["train/percent_correct"] = sum(self.percent_correct_buffer) / len(
-                self.percent_correct_buffer
-            )
-        self.percent_correct_buffer = []
-        for key, value in self.eval_metrics:
-            wandb_metrics[key] = value
-        self.eval_metrics = []
-        await super().wandb_log(wandb_metrics)
-
+    # -- checkpoints ------------------------------------------------------------------------------------
     def save_checkpoint(self, step, data=None) -> None:
         data = dict(data or {})
         data["iter"] = self.iter

@@ -1,0 +1,90 @@
+"""Metrics an environment collects between wandb logs, and its evaluation report.
+
+:class:`EvalReporting` is a mixin placed before :class:`~atroposlib.envs.base.BaseEnv` in an environment's
+bases. It holds ``percent_correct_buffer`` (one 0/1 or fractional value per training reply, logged as
+``train/percent_correct``) and ``eval_metrics`` (the last evaluation's ``(key, value)`` pairs, logged once
+with the next ``wandb_log``); :meth:`EvalReporting.report_evaluation` prints an evaluation's summary line,
+queues its metrics and writes them with ``evaluate_log``.
+
+:func:`local_server_config` is the inference-server default an environment's ``config_init`` returns: an
+OpenAI-compatible server on ``localhost``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+from atroposlib.envs.base import APIServerConfig
+
+
+def local_server_config(model_name: str, port: int, **settings: Any) -> APIServerConfig:
+    """``APIServerConfig`` for ``model_name`` served at ``http://localhost:{port}/v1`` (api key ``x``,
+    256 concurrent evaluation requests); ``settings`` are further ``APIServerConfig`` fields."""
+    return APIServerConfig(
+        model_name=model_name,
+        base_url=f"http://localhost:{port}/v1",
+        api_key="x",
+        num_requests_for_eval=256,
+        **settings,
+    )
+
+
+def summary_line(name: str, count: int, unit: str, metrics: Mapping[str, float]) -> str:
+    """``"{name} evaluation on {count} {unit}: key=value ..."`` with each key's ``eval/`` prefix dropped
+    and values to four decimals."""
+    values = " ".join(f"{key.removeprefix('eval/')}={value:.4f}" for key, value in metrics.items())
+    return f"{name} evaluation on {count} {unit}: {values}"
+
+
+def mean(values: Sequence[float]) -> float:
+    """The arithmetic mean of a non-empty sequence."""
+    return sum(values) / len(values)
+
+
+class EvalReporting:
+    """Training and evaluation metrics kept until the next ``wandb_log`` (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.percent_correct_buffer: list[float] = []
+        self.eval_metrics: list[tuple[str, float]] = []
+
+    def limited_eval_items(self) -> list[Any]:
+        """``self.eval_items()``, cut to ``config.eval_limit`` items when that is set."""
+        items = list(self.eval_items())  # type: ignore[attr-defined]
+        limit = getattr(self.config, "eval_limit", None)  # type: ignore[attr-defined]
+        return items if limit is None else items[:limit]
+
+    async def report_evaluation(
+        self,
+        metrics: dict[str, float],
+        samples: Sequence[dict[str, Any]],
+        start_time: float,
+        end_time: float,
+        generation_parameters: dict[str, Any],
+        summary: Optional[str] = None,
+    ) -> None:
+        """Print ``summary`` (when given), queue ``metrics`` for the next ``wandb_log`` and write them and
+        ``samples`` with ``evaluate_log``."""
+        if summary is not None:
+            print(summary, flush=True)
+        self.eval_metrics.extend(metrics.items())
+        await self.evaluate_log(  # type: ignore[attr-defined]
+            metrics=metrics,
+            samples=list(samples),
+            start_time=start_time,
+            end_time=end_time,
+            generation_parameters=generation_parameters,
+        )
+
+    async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
+        """Add ``train/percent_correct`` (mean of the buffer, when it holds values) and the queued evaluation
+        metrics to ``wandb_metrics``, empty both, and log."""
+        wandb_metrics = dict(wandb_metrics or {})
+        if self.percent_correct_buffer:
+            wandb_metrics["train/percent_correct"] = mean(self.percent_correct_buffer)
+        self.percent_correct_buffer = []
+        wandb_metrics.update(self.eval_metrics)
+        self.eval_metrics = []
+        await super().wandb_log(wandb_metrics)  # type: ignore[misc]
