@@ -39,6 +39,7 @@ from atroposlib.envs.cli_config import (
     single_server_defaults,
 )
 from atroposlib.envs.env_config import resolve_tokenizer_name
+from atroposlib.envs.setup_errors import EnvSetupError, run_setup, traceback_requested
 
 logger = logging.getLogger("atroposlib.envs.cli")
 
@@ -327,7 +328,7 @@ def construct_env(env_cls: type, resolved: ResolvedRun) -> Any:
             **resolved.extra_env_kwargs,
         )
     except Exception as exc:  # reported in one line; ATROPOS_CLI_TRACEBACK=1 shows the traceback instead
-        if os.environ.get("ATROPOS_CLI_TRACEBACK", "").strip().lower() in ("1", "true", "yes"):
+        if traceback_requested():
             raise
         message = " ".join(str(exc).split())
         raise CliRunError(
@@ -351,7 +352,7 @@ async def _evaluate(env: Any) -> None:
     if runner is not None:
         await runner()
         return
-    await env.setup()
+    await run_setup(env)
     await env.evaluate()
 
 
@@ -374,15 +375,15 @@ def _run_offline(main: Any) -> None:
 
     try:
         asyncio.run(with_quiet_siblings())
-    except (ServerUnavailableError, ProcessModeError) as exc:
+    except (ServerUnavailableError, ProcessModeError, EnvSetupError) as exc:
         raise CliRunError(" ".join(str(exc).split())) from exc
 
 
 def run_resolved(env_cls: type, resolved: ResolvedRun) -> Any:
     """Construct the environment and run ``resolved.mode`` to completion; returns the environment.
 
-    In ``process`` and ``evaluate``, unreachable inference servers and items that keep failing raise
-    :class:`CliRunError` (one line)."""
+    A failing ``setup()`` raises :class:`CliRunError` (one line) in every mode; in ``process`` and
+    ``evaluate``, so do unreachable inference servers and items that keep failing."""
     ensure_wandb_usable(resolved.env_config)
     if resolved.mode == "evaluate":
         written = write_evaluate_config(resolved)
@@ -391,7 +392,10 @@ def run_resolved(env_cls: type, resolved: ResolvedRun) -> Any:
     _print_configs(env_cls, resolved)
     env = construct_env(env_cls, resolved)
     if resolved.mode == "serve":
-        asyncio.run(env.env_manager())
+        try:
+            asyncio.run(env.env_manager())
+        except EnvSetupError as exc:
+            raise CliRunError(str(exc)) from exc
     elif resolved.mode == "process":
         env.process_mode = True
         env.n_groups_to_process = resolved.env_config.total_steps

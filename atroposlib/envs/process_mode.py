@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from atroposlib.envs.runtime import _unpack_collect_result
 from atroposlib.envs.sending import describe_item
 from atroposlib.envs.server_handling.errors import ServerUnavailableError
+from atroposlib.envs.setup_errors import run_setup
 from atroposlib.envs.wandb_logging import run_name
 
 logger = logging.getLogger("atroposlib.envs.base")
@@ -74,7 +75,7 @@ class OfflineModesMixin:
         the HTML written in every case. wandb runs offline unless a key is available.
         """
         self._bound_server_wait()
-        await self.setup()
+        await run_setup(self)
         target = int(getattr(self, "n_groups_to_process", self.config.total_steps))
         group_size = int(getattr(self, "group_size_to_process", self.config.group_size))
         label = self.name or type(self).__name__
@@ -165,7 +166,7 @@ class OfflineModesMixin:
         :class:`~atroposlib.envs.server_handling.errors.ServerUnavailableError` when no inference server has
         answered for ``server_unavailable_timeout`` seconds."""
         self._bound_server_wait()
-        await self.setup()
+        await run_setup(self)
         if self.config.use_wandb:
             name = run_name(self.name or type(self).__name__)
             self._start_wandb_run(project=self.wandb_project, group=self.wandb_group, name=name)

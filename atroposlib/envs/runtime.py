@@ -38,6 +38,7 @@ from atroposlib.envs.scheduling import (
     train_worker_cap,
 )
 from atroposlib.envs.sending import POLICY_STEP, describe_item, trim_buffer
+from atroposlib.envs.setup_errors import run_setup
 
 logger = logging.getLogger("atroposlib.envs.base")
 
@@ -733,7 +734,7 @@ class ServeRuntimeMixin:
         self._phase = "startup"
         self._install_signal_handlers()
         try:
-            await self.setup()
+            await run_setup(self)
             if not self._shutdown_requested:
                 await self.setup_wandb()
             if not self._shutdown_requested:
