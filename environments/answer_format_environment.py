@@ -44,6 +44,7 @@ from pydantic import Field, field_validator
 
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import hub_split, load_rows
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers
 
@@ -252,12 +253,7 @@ class AnswerFormatEnv(SingleTurnEnv):
             wandb_name="answer_format",
             eval_limit=500,
         )
-        server_config = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9001/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_config = local_server_config(DEFAULT_MODEL, 9001)
         return env_config, server_config
 
     def _rows(self, path: Optional[str], split: str) -> list[dict[str, Any]]:

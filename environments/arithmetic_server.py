@@ -30,6 +30,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.reporting import EvalReporting
 from atroposlib.type_definitions import Item
 
 Operation = Literal["+", "-", "*"]
@@ -231,7 +232,7 @@ class ArithmeticEnvConfig(BaseEnvConfig):
         return self
 
 
-class ArithmeticEnv(BaseEnv):
+class ArithmeticEnv(EvalReporting, BaseEnv):
     """Rewards the exact integer answer to generated arithmetic questions; evaluates on a held-out split."""
 
     name = "arithmetic"
@@ -242,8 +243,6 @@ class ArithmeticEnv(BaseEnv):
         self.config: ArithmeticEnvConfig
         self.task = self._make_task(config)
         self.iter = 0
-        self.percent_correct_buffer: list[float] = []
-        self.eval_metrics: list[tuple[str, float]] = []
 
     @staticmethod
     def _make_task(config: ArithmeticEnvConfig) -> ArithmeticTask:
@@ -348,29 +347,13 @@ class ArithmeticEnv(BaseEnv):
         samples = await asyncio.gather(*(self._answer_eval(p, sem) for p in self.task.eval_problems))
         end = time.time()
         accuracy = sum(s["score"] for s in samples) / len(samples) if samples else 0.0
-        self.eval_metrics.append(("eval/percent_correct", accuracy))
-        await self.evaluate_log(
-            metrics={"eval/percent_correct": accuracy},
-            samples=samples,
-            start_time=start,
-            end_time=end,
-            generation_parameters={
-                "temperature": self.config.eval_temperature,
-                "max_tokens": self.config.max_answer_tokens,
-            },
+        await self.report_evaluation(
+            {"eval/percent_correct": accuracy},
+            samples,
+            start,
+            end,
+            {"temperature": self.config.eval_temperature, "max_tokens": self.config.max_answer_tokens},
         )
-
-    async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
-        wandb_metrics = dict(wandb_metrics or {})
-        if self.percent_correct_buffer:
-            wandb_metrics["train/percent_correct"] = sum(self.percent_correct_buffer) / len(
-                self.percent_correct_buffer
-            )
-        self.percent_correct_buffer = []
-        for key, value in self.eval_metrics:
-            wandb_metrics[key] = value
-        self.eval_metrics = []
-        await super().wandb_log(wandb_metrics)
 
     def save_checkpoint(self, step, data=None) -> None:
         data = dict(data or {})

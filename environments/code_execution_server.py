@@ -52,6 +52,7 @@ from pydantic import Field
 from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
 from atroposlib.envs.data_loading import DatasetError, check_rows, hub_split, load_rows
 from atroposlib.envs.groups import ScoredDataGroup
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.sandbox import Sandbox, SandboxError, SandboxLimits
 from atroposlib.sandbox.code_tests import TestReport, run_function_tests, run_stdio_tests
@@ -298,8 +299,6 @@ class CodingEnv(SingleTurnEnv):
     def __init__(self, config: CodeConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.config: CodeConfig
-        self.train: list[CodeProblem] = []
-        self.test: list[CodeProblem] = []
         self.sandbox: Optional[Sandbox] = None
 
     @classmethod
@@ -319,12 +318,7 @@ class CodingEnv(SingleTurnEnv):
             min_items_sent_before_logging=1,
             wandb_name="coding_rl",
         )
-        server_configs = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9001/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_configs = local_server_config(DEFAULT_MODEL, 9001)
         return env_config, server_configs
 
     # -- set-up ------------------------------------------------------------------------------------------
@@ -362,16 +356,8 @@ class CodingEnv(SingleTurnEnv):
         self.train, self.test = self._load()
         self.iter = 0
 
-    async def get_next_item(self) -> CodeProblem:
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
-
     def prompt_messages(self, item: CodeProblem) -> list[dict[str, str]]:
         return [{"role": "system", "content": system_prompt}, {"role": "user", "content": item.statement}]
-
-    def eval_items(self) -> list[CodeProblem]:
-        return self.test
 
     # -- judging -----------------------------------------------------------------------------------------
     async def judge(self, reply: str, item: CodeProblem) -> Verdict:

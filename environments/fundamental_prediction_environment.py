@@ -44,6 +44,7 @@ from pydantic import Field
 
 from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
@@ -185,8 +186,6 @@ class FundamentalPredictionEnv(SingleTurnEnv):
     def __init__(self, config: FundamentalsEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.config: FundamentalsEnvConfig
-        self.train: list[FundamentalsItem] = []
-        self.test: list[FundamentalsItem] = []
         self.magnitude_error_buffer: list[float] = []
 
     @classmethod
@@ -207,12 +206,7 @@ class FundamentalPredictionEnv(SingleTurnEnv):
             temperature=0.8,
             eval_temperature=0.2,
         )
-        server_configs = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9004/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_configs = local_server_config(DEFAULT_MODEL, 9004)
         return env_config, server_configs
 
     # -- data -------------------------------------------------------------------------------------------
@@ -239,11 +233,6 @@ class FundamentalPredictionEnv(SingleTurnEnv):
             self.test, self.train = self.train[:held_out], self.train[held_out:]
         self.iter = 0
 
-    async def get_next_item(self) -> FundamentalsItem:
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
-
     # -- prompting and scoring --------------------------------------------------------------------------
     def prompt_messages(self, item: FundamentalsItem) -> list[dict[str, str]]:
         user = user_template.format(metric=item.metric, context=item.context)
@@ -256,9 +245,6 @@ class FundamentalPredictionEnv(SingleTurnEnv):
         return prediction_score(prediction, item)
 
     # -- evaluation -------------------------------------------------------------------------------------
-    def eval_items(self) -> list[FundamentalsItem]:
-        return self.test
-
     def eval_sample_fields(self, item: FundamentalsItem) -> dict[str, Any]:
         return {
             "fundamental_metric": item.metric,

@@ -24,6 +24,7 @@ from pydantic import Field
 from tqdm.asyncio import tqdm_asyncio
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.reporting import EvalReporting, local_server_config
 from atroposlib.type_definitions import Item
 
 DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
@@ -88,14 +89,12 @@ def _parse_gold(boxed_answer: str):
     return parse(boxed_answer, extraction_mode="first_match", extraction_config=[LatexExtractionConfig()])
 
 
-class GSM8kEnv(BaseEnv):
+class GSM8kEnv(EvalReporting, BaseEnv):
     name = "gsm8k"
     env_config_cls = GSM8kEnvConfig
 
     def __init__(self, config: GSM8kEnvConfig, server_configs, slurm=True, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.percent_correct_buffer = list()
-        self.eval_metrics = list()
         self.rollouts_for_wandb = []
         self.completion_lengths = []
 
@@ -111,26 +110,8 @@ class GSM8kEnv(BaseEnv):
             max_token_length=2048,
             wandb_name="gsm8k",
         )
-        server_configs = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9001/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_configs = local_server_config(DEFAULT_MODEL, 9001)
         return env_config, server_configs
-
-    async def wandb_log(self, wandb_metrics: Optional[dict] = None):
-        if wandb_metrics is None:
-            wandb_metrics = {}
-        if self.percent_correct_buffer:
-            wandb_metrics["train/percent_correct"] = sum(self.percent_correct_buffer) / len(
-                self.percent_correct_buffer
-            )
-        self.percent_correct_buffer = list()
-        for key, value in self.eval_metrics:
-            wandb_metrics[key] = value
-        self.eval_metrics = list()
-        await super().wandb_log(wandb_metrics)
 
     def _load_splits(self):
         cfg = self.config
@@ -199,13 +180,12 @@ class GSM8kEnv(BaseEnv):
         end_time = time.time()
         scores = [r["score"] for r in results]
         percent_correct = sum(scores) / len(scores) if scores else 0.0
-        self.eval_metrics.append(("eval/percent_correct", percent_correct))
-        await self.evaluate_log(
-            metrics={"eval/percent_correct": percent_correct},
-            samples=[r["sample"] for r in results],
-            start_time=start_time,
-            end_time=end_time,
-            generation_parameters={"temperature": 0.6, "max_tokens": self.config.max_token_length},
+        await self.report_evaluation(
+            {"eval/percent_correct": percent_correct},
+            [r["sample"] for r in results],
+            start_time,
+            end_time,
+            {"temperature": 0.6, "max_tokens": self.config.max_token_length},
         )
 
     async def collect_trajectories(self, item: GSM8kRow) -> tuple[Optional[ScoredDataGroup], list[Item]]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -35,6 +34,7 @@ from pydantic import Field
 
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.reporting import local_server_config, summary_line
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.ifeval import (
     BoundInstruction,
@@ -148,12 +148,6 @@ class InstructionFollowingEnv(SingleTurnEnv):
     name = "instruction_following"
     env_config_cls = IFConfig
 
-    def __init__(self, config: IFConfig, server_configs, slurm=False, testing=False):
-        super().__init__(config, server_configs, slurm, testing)
-        self.config: IFConfig
-        self.train: list[IFEvalItem] = []
-        self.test: list[IFEvalItem] = []
-
     @classmethod
     def config_init(cls) -> tuple[IFConfig, APIServerConfig]:
         env_config = IFConfig(
@@ -167,12 +161,7 @@ class InstructionFollowingEnv(SingleTurnEnv):
             wandb_name="instruction_following_rlvr_ifeval",
             temperature=0.8,
         )
-        server_configs = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9004/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_configs = local_server_config(DEFAULT_MODEL, 9004)
         return env_config, server_configs
 
     def _load(self) -> tuple[list[IFEvalItem], list[IFEvalItem]]:
@@ -191,11 +180,6 @@ class InstructionFollowingEnv(SingleTurnEnv):
         self.train, self.test = self._load()
         self.iter = 0
 
-    async def get_next_item(self) -> IFEvalItem:
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
-
     def prompt_messages(self, item: IFEvalItem) -> list[dict[str, str]]:
         return [{"role": "system", "content": system_prompt}, {"role": "user", "content": item.prompt}]
 
@@ -203,43 +187,21 @@ class InstructionFollowingEnv(SingleTurnEnv):
         """The share of the item's instructions the reply follows strictly."""
         return grade_reply(reply, item.instructions).strict_fraction
 
-    def eval_items(self) -> list[IFEvalItem]:
-        return self.test
-
     def eval_sample_fields(self, item: IFEvalItem) -> dict[str, Any]:
         return {"key": item.key, "prompt": item.prompt, "instruction_id_list": item.instruction_ids}
 
-    async def _eval_graded(self, item: IFEvalItem, sem: asyncio.Semaphore) -> dict[str, Any]:
-        sample = await self._eval_one(item, sem)
+    async def _eval_one(self, item: IFEvalItem, sem: asyncio.Semaphore) -> dict[str, Any]:
+        """The evaluation sample with the reply's strict and loose verdicts, one per instruction."""
+        sample = await super()._eval_one(item, sem)
         grade = grade_reply(sample["messages"][-1]["content"], item.instructions)
         return {**sample, "strict": list(grade.strict), "loose": list(grade.loose)}
 
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """Answer every evaluation prompt once; print, log and write IFEval's four accuracies."""
-        items = self.eval_items()
-        if self.config.eval_limit is not None:
-            items = items[: self.config.eval_limit]
-        start = time.time()
-        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))
-        samples = await asyncio.gather(*(self._eval_graded(item, sem) for item in items))
-        end = time.time()
-        metrics = evaluation_metrics(samples)
-        print(
-            f"{self.name} evaluation on {len(samples)} prompts: "
-            + " ".join(f"{key.removeprefix('eval/')}={value:.4f}" for key, value in metrics.items()),
-            flush=True,
-        )
-        self.eval_metrics.extend(metrics.items())
-        await self.evaluate_log(
-            metrics=metrics,
-            samples=samples,
-            start_time=start,
-            end_time=end,
-            generation_parameters={
-                "temperature": self.config.eval_temperature,
-                "max_tokens": self.generation_budget,
-            },
-        )
+    def evaluation_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+        """IFEval's four accuracies (see :func:`evaluation_metrics`)."""
+        return evaluation_metrics(samples)
+
+    def evaluation_summary(self, metrics: dict[str, float], samples: Sequence[dict[str, Any]]) -> str:
+        return summary_line(self.name, len(samples), "prompts", metrics)
 
 
 if __name__ == "__main__":

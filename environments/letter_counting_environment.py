@@ -30,6 +30,7 @@ from pydantic import Field, model_validator
 
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import final_boxed_answer
 
@@ -234,12 +235,7 @@ class LetterCountingEnv(SingleTurnEnv):
             wandb_name="letter_counting",
             eval_temperature=0.2,
         )
-        server_config = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9001/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_config = local_server_config(DEFAULT_MODEL, 9001)
         return env_config, server_config
 
     async def setup(self) -> None:

@@ -41,6 +41,7 @@ from pydantic import Field, field_validator
 
 from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
 from atroposlib.envs.data_loading import check_rows, hub_split, load_rows, read_local_rows
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.math_checking import DEFAULT_TIMEOUT_S, MathChecker, gold_latex, reply_answers
 
@@ -146,8 +147,6 @@ class MathEnv(SingleTurnEnv):
     def __init__(self, config: MathEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.config: MathEnvConfig
-        self.train: list[MathItem] = []
-        self.test: list[MathItem] = []
         self.checker = MathChecker(timeout_s=config.check_timeout_s, workers=config.check_workers)
 
     @classmethod
@@ -168,12 +167,7 @@ class MathEnv(SingleTurnEnv):
             min_batch_allocation=0.1,
             top_p=0.95,
         )
-        server_configs = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9004/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_configs = local_server_config(DEFAULT_MODEL, 9004)
         return env_config, server_configs
 
     # -- data -------------------------------------------------------------------------------------------
@@ -210,11 +204,6 @@ class MathEnv(SingleTurnEnv):
         self.test = self.load_eval() if self.config.run_evaluation else []
         self.iter = 0
 
-    async def get_next_item(self) -> MathItem:
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
-
     # -- prompting and scoring --------------------------------------------------------------------------
     def prompt_messages(self, item: MathItem) -> list[dict[str, str]]:
         return [{"role": "system", "content": system_prompt}, {"role": "user", "content": item.problem}]
@@ -230,9 +219,6 @@ class MathEnv(SingleTurnEnv):
         return [1.0 if right else -1.0 for right in await asyncio.gather(*checks)]
 
     # -- evaluation -------------------------------------------------------------------------------------
-    def eval_items(self) -> list[MathItem]:
-        return self.test
-
     def eval_sample_fields(self, item: MathItem) -> dict[str, Any]:
         return {"problem": item.problem, "gold_answer": item.gold, "subset": item.subset}
 

@@ -26,6 +26,7 @@ from typing import Any, Optional
 from pydantic import Field
 
 from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.utils.math_checking import reply_answers
 from atroposlib.utils.replies import THINK_OPEN, answer_section, boxed_answers
 
@@ -97,10 +98,6 @@ class MathZeroEnv(ChatMathEnv):
     name = "math_zero"
     env_config_cls = MathZeroEnvConfig
 
-    def __init__(self, config: MathZeroEnvConfig, server_configs, slurm=False, testing=False):
-        super().__init__(config, server_configs, slurm, testing)
-        self.config: MathZeroEnvConfig
-
     @classmethod
     def config_init(cls) -> tuple[MathZeroEnvConfig, APIServerConfig]:
         env_config = MathZeroEnvConfig(
@@ -116,12 +113,7 @@ class MathZeroEnv(ChatMathEnv):
             eval_limit_ratio=0.1,
             max_num_workers_per_node=24,
         )
-        server_configs = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9001/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_configs = local_server_config(DEFAULT_MODEL, 9001)
         return env_config, server_configs
 
     @property

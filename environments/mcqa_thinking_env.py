@@ -41,6 +41,7 @@ from pydantic import Field
 
 from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers
 
@@ -166,12 +167,6 @@ class MCQAThinkingEnv(SingleTurnEnv):
     name = "mcqa"
     env_config_cls = MCQAEnvConfig
 
-    def __init__(self, config: MCQAEnvConfig, server_configs, slurm=False, testing=False):
-        super().__init__(config, server_configs, slurm, testing)
-        self.config: MCQAEnvConfig
-        self.train: list[MCQAItem] = []
-        self.test: list[MCQAItem] = []
-
     @classmethod
     def config_init(cls) -> tuple[MCQAEnvConfig, APIServerConfig]:
         env_config = MCQAEnvConfig(
@@ -188,13 +183,7 @@ class MCQAThinkingEnv(SingleTurnEnv):
             eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
             eval_limit_ratio=0.1,
         )
-        server_configs = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9004/v1",
-            api_key="x",
-            num_max_requests_at_once=32,
-            num_requests_for_eval=256,
-        )
+        server_configs = local_server_config(DEFAULT_MODEL, 9004, num_max_requests_at_once=32)
         return env_config, server_configs
 
     def _items(self, path: Optional[str], split: str) -> list[MCQAItem]:
@@ -214,20 +203,12 @@ class MCQAThinkingEnv(SingleTurnEnv):
         self.test = self._items(cfg.eval_dataset_path or cfg.dataset_path, cfg.eval_split)
         self.iter = 0
 
-    async def get_next_item(self) -> MCQAItem:
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
-
     def prompt_messages(self, item: MCQAItem) -> list[dict[str, str]]:
         return [{"role": "system", "content": system_prompt}, {"role": "user", "content": user_prompt(item)}]
 
     def score_reply(self, reply: str, item: MCQAItem) -> float:
         """+1 when the reply's boxed letter is the right option's, -1 otherwise."""
         return 1.0 if reply_letter(reply) == item.letter else -1.0
-
-    def eval_items(self) -> list[MCQAItem]:
-        return self.test
 
     def eval_sample_fields(self, item: MCQAItem) -> dict[str, Any]:
         return {"question": item.question, "subject": item.subject, "gold_letter": item.letter}

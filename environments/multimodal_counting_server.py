@@ -38,6 +38,7 @@ from PIL import Image, ImageDraw
 from pydantic import Field, field_validator
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.reporting import EvalReporting, local_server_config, summary_line
 from atroposlib.utils.replies import final_boxed_answer
 from atroposlib.utils.tokenize_for_trainer import tokenize_for_trainer
 
@@ -206,7 +207,7 @@ def score_reply(reply: str, answer: str) -> float:
     return 1.0 if boxed is not None and normalise_answer(boxed) == answer else 0.0
 
 
-class MultimodalCountingEnv(BaseEnv):
+class MultimodalCountingEnv(EvalReporting, BaseEnv):
     """Questions about generated pictures (see the module docstring)."""
 
     name = "multimodal_counting"
@@ -216,8 +217,6 @@ class MultimodalCountingEnv(BaseEnv):
         super().__init__(config, server_configs, slurm, testing)
         self.config: CountingEnvConfig
         self.iter = 0
-        self.percent_correct_buffer: list[float] = []
-        self.eval_metrics: list[tuple[str, float]] = []
 
     @classmethod
     def config_init(cls) -> tuple[CountingEnvConfig, APIServerConfig]:
@@ -231,12 +230,7 @@ class MultimodalCountingEnv(BaseEnv):
             max_token_length=2048,
             wandb_name="multimodal_counting",
         )
-        server = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9001/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server = local_server_config(DEFAULT_MODEL, 9001)
         return env_config, server
 
     async def setup(self) -> None:
@@ -341,33 +335,15 @@ class MultimodalCountingEnv(BaseEnv):
         samples = await asyncio.gather(*(self._eval_one(item, sem) for item in items))
         end = time.time()
         accuracy = sum(s["score"] for s in samples) / len(samples)
-        print(
-            f"multimodal_counting evaluation on {len(samples)} pictures: percent_correct={accuracy:.4f}",
-            flush=True,
+        metrics = {"eval/percent_correct": accuracy}
+        await self.report_evaluation(
+            metrics,
+            samples,
+            start,
+            end,
+            {"temperature": self.config.eval_temperature, "max_tokens": self.reply_budget},
+            summary_line("multimodal_counting", len(samples), "pictures", metrics),
         )
-        self.eval_metrics.append(("eval/percent_correct", accuracy))
-        await self.evaluate_log(
-            metrics={"eval/percent_correct": accuracy},
-            samples=samples,
-            start_time=start,
-            end_time=end,
-            generation_parameters={
-                "temperature": self.config.eval_temperature,
-                "max_tokens": self.reply_budget,
-            },
-        )
-
-    async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
-        wandb_metrics = dict(wandb_metrics or {})
-        if self.percent_correct_buffer:
-            wandb_metrics["train/percent_correct"] = sum(self.percent_correct_buffer) / len(
-                self.percent_correct_buffer
-            )
-        self.percent_correct_buffer = []
-        for key, value in self.eval_metrics:
-            wandb_metrics[key] = value
-        self.eval_metrics = []
-        await super().wandb_log(wandb_metrics)
 
 
 if __name__ == "__main__":

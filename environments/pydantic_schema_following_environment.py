@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.pydantic_source import UnsupportedSource, model_from_source
 from atroposlib.utils.replies import answer_section
@@ -187,12 +188,7 @@ class PydanticSchemaFollowingEnv(SingleTurnEnv):
             wandb_name="pydantic_schema_following",
             temperature=0.9,
         )
-        server_config = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9001/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_config = local_server_config(DEFAULT_MODEL, 9001)
         return env_config, server_config
 
     def _items(self, path: Optional[str]) -> list[SchemaItem]:

@@ -47,6 +47,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, Field, field_validator
 
 from atroposlib.envs.base import APIServerConfig
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
@@ -214,12 +215,7 @@ class ReasoningGymEnv(SingleTurnEnv):
             wandb_name="reasoning_gym",
             eval_temperature=0.2,
         )
-        server_config = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9001/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_config = local_server_config(DEFAULT_MODEL, 9001)
         return env_config, server_config
 
     # -- datasets and curricula -------------------------------------------------------------------------

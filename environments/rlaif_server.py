@@ -45,6 +45,7 @@ from pydantic import Field
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, EvalHandlingEnum, ScoredDataGroup
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.reporting import EvalReporting, local_server_config
 from atroposlib.envs.server_handling.server_manager import ServerManager
 from atroposlib.utils.replies import final_boxed_answer
 
@@ -184,7 +185,7 @@ class RLAIFEnvConfig(BaseEnvConfig):
     eval_limit: Optional[int] = Field(None, ge=1, description="evaluate on at most this many items")
 
 
-class RLAIFEnv(BaseEnv):
+class RLAIFEnv(EvalReporting, BaseEnv):
     """Pairwise AI-judged preferences as rewards (see the module docstring)."""
 
     name = "rlaif"
@@ -214,7 +215,6 @@ class RLAIFEnv(BaseEnv):
         self.score_buffer: list[float] = []
         self.unreadable_buffer: list[float] = []
         self.judgements: list[tuple[str, str, str]] = []
-        self.eval_metrics: list[tuple[str, float]] = []
 
     @classmethod
     def config_init(cls) -> tuple[RLAIFEnvConfig, APIServerConfig]:
@@ -230,13 +230,7 @@ class RLAIFEnv(BaseEnv):
             eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
             eval_limit_ratio=0.1,
         )
-        server = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9004/v1",
-            api_key="x",
-            server_type="vllm",
-            num_requests_for_eval=256,
-        )
+        server = local_server_config(DEFAULT_MODEL, 9004, server_type="vllm")
         return env_config, server
 
     @classmethod
@@ -434,21 +428,14 @@ class RLAIFEnv(BaseEnv):
             "eval/win_rate": sum(s["win_rate"] for s in samples) / len(samples),
             "eval/unreadable_judgements": sum(s["unreadable"] for s in samples) / max(total, 1),
         }
-        print(
+        await self.report_evaluation(
+            metrics,
+            samples,
+            start,
+            end,
+            {"temperature": self.config.eval_temperature, "max_tokens": self.reply_budget},
             f"rlaif evaluation on {len(samples)} conversations: win_rate={metrics['eval/win_rate']:.4f} "
             f"against the reference replies (unreadable judgements {metrics['eval/unreadable_judgements']:.4f})",
-            flush=True,
-        )
-        self.eval_metrics.extend(metrics.items())
-        await self.evaluate_log(
-            metrics=metrics,
-            samples=samples,
-            start_time=start,
-            end_time=end,
-            generation_parameters={
-                "temperature": self.config.eval_temperature,
-                "max_tokens": self.reply_budget,
-            },
         )
 
     async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
@@ -469,9 +456,6 @@ class RLAIFEnv(BaseEnv):
                 table.add_data(*row)
             wandb_metrics["train/judgement_table"] = table
         self.score_buffer, self.unreadable_buffer, self.judgements = [], [], []
-        for key, value in self.eval_metrics:
-            wandb_metrics[key] = value
-        self.eval_metrics = []
         await super().wandb_log(wandb_metrics)
 
 

@@ -39,6 +39,7 @@ from pydantic import Field, model_validator
 
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError, check_rows, hub_split, load_rows
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
@@ -189,12 +190,7 @@ class TextReversalEnv(SingleTurnEnv):
             wandb_name="text_reversal",
             eval_temperature=0.2,
         )
-        server_config = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9001/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_config = local_server_config(DEFAULT_MODEL, 9001)
         return env_config, server_config
 
     # -- data -------------------------------------------------------------------------------------------

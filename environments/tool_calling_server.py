@@ -25,10 +25,8 @@ and ``eval/percent_correct`` (all items).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -37,6 +35,7 @@ from pydantic import Field
 
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.reporting import local_server_config, summary_line
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.tool_calls import ToolCall, ToolCallError, expected_tool_calls, reply_matches
 
@@ -149,12 +148,6 @@ class ToolCallingEnv(SingleTurnEnv):
     # Right replies score in [0, 1] (1 unless shortened by the length preference), wrong ones -1.
     correct_threshold = 0.0
 
-    def __init__(self, config: ToolCallingEnvConfig, server_configs, slurm=False, testing=False):
-        super().__init__(config, server_configs, slurm, testing)
-        self.config: ToolCallingEnvConfig
-        self.train: list[ToolCallingItem] = []
-        self.test: list[ToolCallingItem] = []
-
     @classmethod
     def config_init(cls) -> tuple[ToolCallingEnvConfig, APIServerConfig]:
         env_config = ToolCallingEnvConfig(
@@ -168,12 +161,7 @@ class ToolCallingEnv(SingleTurnEnv):
             wandb_name="toolcall_think",
             temperature=0.8,
         )
-        server_configs = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9004/v1",
-            api_key="x",
-            num_requests_for_eval=256,
-        )
+        server_configs = local_server_config(DEFAULT_MODEL, 9004)
         return env_config, server_configs
 
     def _hub(self, split: str):
@@ -203,11 +191,6 @@ class ToolCallingEnv(SingleTurnEnv):
         self.train, self.test = self._load()
         self.iter = 0
 
-    async def get_next_item(self) -> ToolCallingItem:
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
-
     def prompt_messages(self, item: ToolCallingItem) -> list[dict[str, str]]:
         return [dict(message) for message in item.messages]
 
@@ -225,38 +208,15 @@ class ToolCallingEnv(SingleTurnEnv):
             ]
         return scores
 
-    def eval_items(self) -> list[ToolCallingItem]:
-        return self.test
-
     def eval_sample_fields(self, item: ToolCallingItem) -> dict[str, Any]:
         return {"expected_tool_calls": item.expected_text, "parallel": item.parallel}
 
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        """Answer every evaluation item once; print, log and write overall, simple and parallel accuracy."""
-        items = self.eval_items()
-        if self.config.eval_limit is not None:
-            items = items[: self.config.eval_limit]
-        start = time.time()
-        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))
-        samples = await asyncio.gather(*(self._eval_one(item, sem) for item in items))
-        end = time.time()
-        metrics = evaluation_metrics(samples)
-        print(
-            f"{self.name} evaluation on {len(samples)} items: "
-            + " ".join(f"{key.removeprefix('eval/')}={value:.4f}" for key, value in metrics.items()),
-            flush=True,
-        )
-        self.eval_metrics.extend(metrics.items())
-        await self.evaluate_log(
-            metrics=metrics,
-            samples=samples,
-            start_time=start,
-            end_time=end,
-            generation_parameters={
-                "temperature": self.config.eval_temperature,
-                "max_tokens": self.generation_budget,
-            },
-        )
+    def evaluation_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+        """Overall, simple and parallel accuracy (see :func:`evaluation_metrics`)."""
+        return evaluation_metrics(list(samples))
+
+    def evaluation_summary(self, metrics: dict[str, float], samples: Sequence[dict[str, Any]]) -> str:
+        return summary_line(self.name, len(samples), "items", metrics)
 
 
 def evaluation_metrics(results: list[dict[str, Any]]) -> dict[str, float]:

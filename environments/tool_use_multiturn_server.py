@@ -49,6 +49,7 @@ from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
 from atroposlib.envs.data_loading import hub_split, load_rows
 from atroposlib.envs.episodes import END_DONE, Episode, Feedback
 from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.envs.tools import Tool, ToolRegistry, registry, run_tool_calls, tool_schema
 from atroposlib.utils.replies import final_boxed_answer
 
@@ -208,14 +209,7 @@ class MultiTurnToolCallingEnv(MultiTurnEnv):
             eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
             eval_limit_ratio=0.1,
         )
-        server = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9004/v1",
-            api_key="x",
-            server_type="vllm",
-            num_max_requests_at_once=32,
-            num_requests_for_eval=256,
-        )
+        server = local_server_config(DEFAULT_MODEL, 9004, server_type="vllm", num_max_requests_at_once=32)
         return env_config, server
 
     # -- tools ------------------------------------------------------------------------------------------

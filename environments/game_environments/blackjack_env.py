@@ -36,6 +36,7 @@ from atroposlib.envs.games import (
     action_instructions,
     action_tool_schema,
 )
+from atroposlib.envs.reporting import local_server_config
 
 DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 MOVES = {"stick": 0, "hit": 1}
@@ -128,13 +129,7 @@ class BlackjackEnv(GameEnv):
             steps_per_eval=100,
             wandb_name="blackjack",
         )
-        server = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9001/v1",
-            api_key="x",
-            server_type="vllm",
-            num_requests_for_eval=256,
-        )
+        server = local_server_config(DEFAULT_MODEL, 9001, server_type="vllm")
         return env_config, server
 
     async def make_session(self, seed: int) -> BlackjackSession:

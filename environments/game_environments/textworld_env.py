@@ -42,6 +42,7 @@ from atroposlib.envs.games import (
     action_instructions,
     action_tool_schema,
 )
+from atroposlib.envs.reporting import local_server_config
 
 DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 
@@ -164,13 +165,7 @@ class TextWorldEnv(GameEnv):
             steps_per_eval=100,
             wandb_name="textworld",
         )
-        server = APIServerConfig(
-            model_name=DEFAULT_MODEL,
-            base_url="http://localhost:9001/v1",
-            api_key="x",
-            server_type="vllm",
-            num_requests_for_eval=256,
-        )
+        server = local_server_config(DEFAULT_MODEL, 9001, server_type="vllm")
         return env_config, server
 
     def game_file(self, seed: int) -> Path:
