@@ -27,8 +27,10 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
+from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.episodes import Episode, Feedback
 from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
+from atroposlib.envs.reporting import local_server_config
 from atroposlib.utils.replies import answer_section
 from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
 from atroposlib.utils.tool_calls import ToolCallError, call_from_object, load_json
@@ -120,8 +122,8 @@ class GameEnvConfig(MultiTurnEnvConfig):
 
 class GameSession:
     """One game being played (see the module docstring). Subclasses implement :meth:`apply` and
-    :meth:`parse_move`, set :attr:`messages` (the system prompt and the first observation) and keep
-    :attr:`won` up to date."""
+    :meth:`parse_move`, set :attr:`messages` (the system prompt and the first observation, usually with
+    :meth:`open`) and keep :attr:`won` up to date. :meth:`close` closes :attr:`env` when it is set."""
 
     #: name of the move argument of take_action
     argument = "action"
@@ -133,6 +135,22 @@ class GameSession:
         self.won = False
         self.invalid_action: Optional[str] = None
         self.moves: list[str] = []
+        #: the game's own environment object (e.g. a Gymnasium env), closed by :meth:`close`
+        self.env: Any = None
+
+    def open(self, rules: str, schema: dict, example: str, observation: str) -> None:
+        """Set :attr:`messages`: a system turn of ``rules`` and the move instructions (``example``: a
+        sample move; ``schema``: the take_action tool), then ``observation`` as the first user turn."""
+        how = action_instructions(self.action_format, self.argument, example, schema)
+        self.messages = [
+            {"role": "system", "content": f"{rules}\n\n{how}"},
+            {"role": "user", "content": observation},
+        ]
+
+    def close(self) -> None:
+        """Close :attr:`env` (when set)."""
+        if self.env is not None:
+            self.env.close()
 
     def parse_move(self, text: str) -> Any:
         """The game's move for the move text of a reply; :class:`InvalidAction` when it has none."""
@@ -168,10 +186,26 @@ class GameEnv(MultiTurnEnv):
     """Seeded games played as episodes (see the module docstring)."""
 
     env_config_cls = GameEnvConfig
+    #: the model of :meth:`config_init`'s server default
+    default_model = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 
     def __init__(self, config: GameEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.config: GameEnvConfig
+
+    @classmethod
+    def config_init(cls) -> tuple[GameEnvConfig, APIServerConfig]:
+        """This game's ``env_config_cls`` (1000 steps of 1024 sequences, evaluation every 100 steps, wandb
+        run named after the environment) and a vLLM server of :attr:`default_model` on localhost:9001."""
+        env_config = cls.env_config_cls(
+            use_wandb=True,
+            rollout_server_url="http://localhost:8000",
+            total_steps=1000,
+            batch_size=1024,
+            steps_per_eval=100,
+            wandb_name=cls.name,
+        )
+        return env_config, local_server_config(cls.default_model, 9001, server_type="vllm")
 
     @abstractmethod
     async def make_session(self, seed: int) -> GameSession:

@@ -27,16 +27,13 @@ from __future__ import annotations
 import gymnasium as gym
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.games import (
     GameEnv,
     GameEnvConfig,
     GameSession,
     InvalidAction,
-    action_instructions,
     action_tool_schema,
 )
-from atroposlib.envs.reporting import local_server_config
 
 DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 MOVES = {"stick": 0, "hit": 1}
@@ -83,12 +80,9 @@ class BlackjackSession(GameSession):
         super().__init__(config.action_format, config.invalid_action_penalty)
         self.env = gym.make("Blackjack-v1", natural=config.natural, sab=config.sab)
         observation, _ = self.env.reset(seed=seed)
-        schema = action_tool_schema("action", "your move", list(MOVES))
-        system = f"{RULES}\n\n{action_instructions(config.action_format, 'action', 'hit', schema)}"
-        self.messages = [
-            {"role": "system", "content": system},
-            {"role": "user", "content": self._describe(observation)},
-        ]
+        self.open(
+            RULES, action_tool_schema("action", "your move", list(MOVES)), "hit", self._describe(observation)
+        )
 
     def _describe(self, observation) -> str:
         total, dealer_up, usable_ace = (int(v) for v in observation)
@@ -109,28 +103,13 @@ class BlackjackSession(GameSession):
             return float(reward), True, f"The hand is over (dealer's cards: {dealer}). Reward: {reward:+g}."
         return float(reward), False, self._describe(observation)
 
-    def close(self) -> None:
-        self.env.close()
-
 
 class BlackjackEnv(GameEnv):
     """Blackjack, one move per turn (see the module docstring)."""
 
     name = "blackjack"
     env_config_cls = BlackjackEnvConfig
-
-    @classmethod
-    def config_init(cls) -> tuple[BlackjackEnvConfig, APIServerConfig]:
-        env_config = BlackjackEnvConfig(
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
-            total_steps=1000,
-            batch_size=1024,
-            steps_per_eval=100,
-            wandb_name="blackjack",
-        )
-        server = local_server_config(DEFAULT_MODEL, 9001, server_type="vllm")
-        return env_config, server
+    default_model = DEFAULT_MODEL
 
     async def make_session(self, seed: int) -> BlackjackSession:
         return BlackjackSession(self.config, seed)

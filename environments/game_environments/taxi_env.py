@@ -30,16 +30,13 @@ from typing import Any, Optional
 import gymnasium as gym
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.games import (
     GameEnv,
     GameEnvConfig,
     GameSession,
     InvalidAction,
-    action_instructions,
     action_tool_schema,
 )
-from atroposlib.envs.reporting import local_server_config
 
 DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 MOVES = {"south": 0, "north": 1, "east": 2, "west": 3, "pickup": 4, "dropoff": 5}
@@ -124,12 +121,12 @@ class TaxiSession(GameSession):
         self.env = gym.make(env_id, **options)
         observation, _ = self.env.reset(seed=seed)
         self.picked_up = False
-        schema = action_tool_schema("action", "your move", list(MOVES))
-        system = f"{RULES}\n\n{action_instructions(config.action_format, 'action', 'north', schema)}"
-        self.messages = [
-            {"role": "system", "content": system},
-            {"role": "user", "content": self._describe(observation)},
-        ]
+        self.open(
+            RULES,
+            action_tool_schema("action", "your move", list(MOVES)),
+            "north",
+            self._describe(observation),
+        )
 
     def _describe(self, observation: int) -> str:
         game = self.env.unwrapped
@@ -156,15 +153,13 @@ class TaxiSession(GameSession):
     def metrics(self) -> dict[str, float]:
         return {**super().metrics(), "picked_up": float(self.picked_up)}
 
-    def close(self) -> None:
-        self.env.close()
-
 
 class TaxiEnv(GameEnv):
     """Taxi, one move per turn (see the module docstring)."""
 
     name = "gym_taxi"
     env_config_cls = TaxiEnvConfig
+    default_model = DEFAULT_MODEL
 
     def __init__(self, config: TaxiEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
@@ -173,19 +168,6 @@ class TaxiEnv(GameEnv):
         if self.env_id not in gym.envs.registry:
             taxis = sorted(k for k in gym.envs.registry if k.startswith("Taxi"))
             raise ValueError(f"env_id {self.env_id!r} is not registered; Taxi ids here: {', '.join(taxis)}")
-
-    @classmethod
-    def config_init(cls) -> tuple[TaxiEnvConfig, APIServerConfig]:
-        env_config = TaxiEnvConfig(
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
-            total_steps=1000,
-            batch_size=1024,
-            steps_per_eval=100,
-            wandb_name="gym_taxi",
-        )
-        server = local_server_config(DEFAULT_MODEL, 9001, server_type="vllm")
-        return env_config, server
 
     async def make_session(self, seed: int) -> TaxiSession:
         return TaxiSession(self.config, self.env_id, seed)

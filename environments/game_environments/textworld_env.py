@@ -33,16 +33,13 @@ import textworld
 from pydantic import Field
 from textworld.generator import compile_game, make_game
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.games import (
     GameEnv,
     GameEnvConfig,
     GameSession,
     InvalidAction,
-    action_instructions,
     action_tool_schema,
 )
-from atroposlib.envs.reporting import local_server_config
 
 DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 
@@ -108,12 +105,8 @@ class TextWorldSession(GameSession):
         self.scale = self.max_score if config.normalize_score else 1.0
         self.points = 0.0
         schema = action_tool_schema("command", "the command to type, e.g. 'open the chest'")
-        how = action_instructions(config.action_format, "command", "look", schema)
         first = f"{state.objective}\n\n{state.description}\n\n{state.inventory}"
-        self.messages = [
-            {"role": "system", "content": f"{RULES}\n\n{how}"},
-            {"role": "user", "content": self._with_commands(first, state)},
-        ]
+        self.open(RULES, schema, "look", self._with_commands(first, state))
 
     def _with_commands(self, text: str, state: Any) -> str:
         if not self.show_commands or not state.admissible_commands:
@@ -139,34 +132,19 @@ class TextWorldSession(GameSession):
     def metrics(self) -> dict[str, float]:
         return {**super().metrics(), "points_fraction": self.points / self.max_score}
 
-    def close(self) -> None:
-        self.env.close()
-
 
 class TextWorldEnv(GameEnv):
     """TextWorld games, one command per turn (see the module docstring)."""
 
     name = "textworld"
     env_config_cls = TextWorldEnvConfig
+    default_model = DEFAULT_MODEL
 
     def __init__(self, config: TextWorldEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.config: TextWorldEnvConfig
         self.games_dir = Path(config.games_dir) if config.games_dir else default_games_dir()
         self._generation_lock = asyncio.Lock()
-
-    @classmethod
-    def config_init(cls) -> tuple[TextWorldEnvConfig, APIServerConfig]:
-        env_config = TextWorldEnvConfig(
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
-            total_steps=1000,
-            batch_size=1024,
-            steps_per_eval=100,
-            wandb_name="textworld",
-        )
-        server = local_server_config(DEFAULT_MODEL, 9001, server_type="vllm")
-        return env_config, server
 
     def game_file(self, seed: int) -> Path:
         """Where the compiled game of ``seed`` (with this config's sizes) is cached."""
