@@ -429,6 +429,7 @@ class Demo:
         metrics_path = self.ckpt_dir / "metrics.jsonl"
         task = progress.add_task("GRPO", total=cfg.steps)
         step, offset, rewards = 0, 0, []
+        env_log, env_offset, rollout_stats = self.logs / "environment.log", 0, []
         with self.timings.phase("GRPO"):
             while self.trainer is not None and self.trainer.alive():
                 time.sleep(0.5)
@@ -442,24 +443,28 @@ class Demo:
                     self.env.stop(timeout=15)
                 offset, records = _read_new_records(metrics_path, offset)
                 for rec in records:
-                    if "train/reward_mean" in rec:
+                    if "train/kept_reward_mean" in rec:
                         step = max(step, int(rec["step"]))
-                        rewards.append(float(rec["train/reward_mean"]))
-                if records and rewards:
-                    progress.update(
-                        task, completed=step, description=f"GRPO (batch reward {rewards[-1]:.2f})"
-                    )
+                        rewards.append(float(rec["train/kept_reward_mean"]))
+                env_offset, new_stats = _read_rollout_stats(env_log, env_offset)
+                rollout_stats.extend(new_stats)
+                if (records and rewards) or new_stats:
+                    progress.update(task, completed=step, description=_reward_line(rollout_stats, rewards))
                     if not cfg.keep_checkpoints:
                         _prune_checkpoints(self.ckpt_dir, keep_after=step - 2)
             self._check_services()
         _, records = _read_new_records(metrics_path, offset)
         for rec in records:
-            if "train/reward_mean" in rec:
+            if "train/kept_reward_mean" in rec:
                 step = max(step, int(rec["step"]))
-                rewards.append(float(rec["train/reward_mean"]))
+                rewards.append(float(rec["train/kept_reward_mean"]))
+        rollout_stats.extend(_read_rollout_stats(env_log, env_offset)[1])
         progress.update(task, completed=step)
         progress.remove_task(task)
-        self.summary["batch_reward_mean"] = rewards
+        self.summary["kept_reward_mean"] = rewards
+        self.summary["rollout_stats"] = rollout_stats
+        if rollout_stats:
+            self.say(_rollout_summary(rollout_stats, rewards))
         return step
 
     def _api_step(self) -> int:
@@ -553,6 +558,63 @@ def _read_new_records(path: Path, offset: int) -> tuple[int, list[dict[str, Any]
         except ValueError:
             continue
     return offset + end, records
+
+
+def _read_rollout_stats(path: Path, offset: int) -> tuple[int, list[dict[str, Any]]]:
+    """The environment's ``rollout stats {json}`` log lines appended to ``path`` since byte ``offset``
+    (complete lines only), as dicts; new offset."""
+    from atroposlib.envs.wandb_logging import ROLLOUT_STATS_PREFIX
+
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except OSError:
+        return offset, []
+    end = data.rfind(b"\n") + 1
+    stats = []
+    for line in data[:end].decode("utf-8", "replace").splitlines():
+        _, sep, payload = line.partition(ROLLOUT_STATS_PREFIX)
+        if not sep:
+            continue
+        try:
+            record = json.loads(payload)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "train/rollout_reward_mean" in record:
+            stats.append(record)
+    return offset + end, stats
+
+
+def _reward_line(rollout_stats: Sequence[dict[str, Any]], kept_rewards: Sequence[float]) -> str:
+    """The GRPO progress description: the reward of the latest rollouts (all of them) and of the latest
+    trained batch (kept groups only), with the groups dropped for equal scores."""
+    parts = []
+    if rollout_stats:
+        last = rollout_stats[-1]
+        parts.append(
+            f"reward {last['train/rollout_reward_mean']:.2f} over all rollouts, "
+            f"{int(last.get('train/groups_dropped_equal_scores', 0))}/{int(last.get('train/groups_scored', 0))} "
+            "groups dropped (all scores equal)"
+        )
+    if kept_rewards:
+        parts.append(f"trained batch {kept_rewards[-1]:.2f}")
+    return f"GRPO ({'; '.join(parts)})" if parts else "GRPO"
+
+
+def _rollout_summary(rollout_stats: Sequence[dict[str, Any]], kept_rewards: Sequence[float]) -> str:
+    """One line on the run's rewards: the first and last rollout reward over all rollouts generated, the
+    groups dropped because all their scores were equal, and the kept groups' first and last reward."""
+    first, last = rollout_stats[0], rollout_stats[-1]
+    dropped = sum(int(r.get("train/groups_dropped_equal_scores", 0)) for r in rollout_stats)
+    scored = sum(int(r.get("train/groups_scored", 0)) for r in rollout_stats)
+    line = (
+        f"training reward over all rollouts: {first['train/rollout_reward_mean']:.3f} -> "
+        f"{last['train/rollout_reward_mean']:.3f}; {dropped} of {scored} groups dropped (all scores equal)"
+    )
+    if kept_rewards:
+        line += f"; kept groups' reward: {kept_rewards[0]:.3f} -> {kept_rewards[-1]:.3f}"
+    return line
 
 
 def _prune_checkpoints(ckpt_dir: Path, keep_after: int | None) -> None:

@@ -69,7 +69,11 @@ def compute_grpo_loss(
     Inputs:
         logits: [B, K, V] current policy logits (any float dtype; computed in float32).
         labels: [B, K] target token ids, -100 where not trained; ``m = labels != -100``.
-        advantages: [B, 1] per sequence, or [B, K] per token.
+        advantages: [B, 1] per sequence, or [B, K] per token. Sequence advantages come from
+            :func:`example_trainer.data.normalize_scores`: the group's scores minus their mean, divided by
+            the group's population standard deviation (``ddof=0``, floored at 1e-8). TRL's GRPOTrainer
+            divides by the sample standard deviation (``ddof=1``) plus 1e-4 instead, so for a group of
+            ``n`` its advantages are smaller by about ``sqrt((n - 1) / n)`` (0.94 for ``n = 8``).
         temperatures: [B, 1, 1] sampling temperature of each sequence (None = 1).
         inference_logprobs: [B, K] log-probability of each label under the rollout policy, as captured
             by the inference server; ``NaN`` where unknown; None when unknown for every sequence.

@@ -1,9 +1,13 @@
 """Run reporting: a JSONL metrics log, wandb (offline without a key) and the end-of-run PNG plot.
 
 ``<save_path>/metrics.jsonl`` holds one JSON object per line with a ``step`` key: training metrics after
-each optimizer step (``train/loss``, ``train/reward_mean``, ``train/tokens_per_s``, ...) and evaluation
+each optimizer step (``train/loss``, ``train/kept_reward_mean``, ``train/tokens_per_s``, ...) and evaluation
 metrics from the eval hook (``eval/accuracy``, ...). A resumed run appends to the same file; for each step
 the last record wins, so the plot shows the run as it was finally trained.
+
+``train/kept_reward_mean`` is the mean score of the batch trained on. Groups whose scores are all equal are
+dropped before they reach the trainer, so it is not the policy's reward: the environment logs that as
+``train/rollout_reward_mean`` (every rollout generated), with ``train/groups_dropped_equal_scores``.
 """
 
 from __future__ import annotations
@@ -103,7 +107,8 @@ def read_metrics(path: str | Path) -> dict[int, dict[str, Any]]:
 def plot_training_curves(
     metrics_path: str | Path, out_path: str | Path, max_step: int | None = None
 ) -> Path | None:
-    """Draw reward (``train/reward_mean``) and held-out accuracy (``eval/accuracy``) over steps into a PNG.
+    """Draw the kept groups' reward (``train/kept_reward_mean``) and held-out accuracy (``eval/accuracy``)
+    over steps into a PNG.
 
     Steps above ``max_step`` (from a crashed attempt that was later resumed) are left out. Returns the
     PNG path, or None when there is nothing to draw or matplotlib is missing.
@@ -118,13 +123,18 @@ def plot_training_curves(
         return None
     data = read_metrics(metrics_path)
     steps = sorted(s for s in data if max_step is None or s <= max_step)
-    reward = [(s, data[s]["train/reward_mean"]) for s in steps if "train/reward_mean" in data[s]]
+    reward = [(s, data[s]["train/kept_reward_mean"]) for s in steps if "train/kept_reward_mean" in data[s]]
     accuracy = [(s, data[s]["eval/accuracy"]) for s in steps if "eval/accuracy" in data[s]]
     if not reward and not accuracy:
         return None
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     if reward:
-        ax.plot(*zip(*reward, strict=True), color="tab:blue", marker=".", label="mean reward (train batches)")
+        ax.plot(
+            *zip(*reward, strict=True),
+            color="tab:blue",
+            marker=".",
+            label="mean reward of kept groups (train batches)",
+        )
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("reward", color="tab:blue")
     if accuracy:

@@ -469,7 +469,7 @@ def _train(
             progress.update(1)
             progress.set_postfix(
                 loss=f"{metrics['loss']:.4f}",
-                reward=f"{metrics['reward_mean']:.3f}",
+                reward=f"{metrics['kept_reward_mean']:.3f}",
                 tok_s=f"{metrics['tokens_per_s']:.0f}",
             )
             if saved is not None and (refresh_due or final):

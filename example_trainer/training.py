@@ -210,7 +210,7 @@ def run_training_step(
         grad_norm=float(grad_norm),
         step_time_s=elapsed,
         tokens_per_s=batch.num_tokens / elapsed if elapsed > 0 else 0.0,
-        reward_mean=batch.mean_score,
+        kept_reward_mean=batch.mean_score,
         num_sequences=float(batch.num_sequences),
         num_tokens=float(batch.num_tokens),
     )

@@ -180,6 +180,7 @@ class MultiTurnEnv(EvalReporting, BaseEnv):
             )
             advantages = [token_advantages(e, row) for e, row in zip(episodes, per_turn, strict=True)]
         elif len(set(scores)) <= 1:
+            self.record_group_scores(scores, kept=False, equal_scores=True)
             return None, []
         return episodes_to_group(episodes, scores, advantages), []
 

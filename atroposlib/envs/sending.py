@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import reprlib
 from collections import Counter
@@ -26,7 +27,8 @@ POLICY_STEP: ContextVar[Optional[int]] = ContextVar("atropos_policy_step", defau
 logger = logging.getLogger("atroposlib.envs.base")
 
 #: Problems that are a normal part of training (logged at INFO); everything else is a WARNING.
-_EXPECTED_DISCARDS = {"identical_scores", "too_long"}
+IDENTICAL = "identical_scores"
+_EXPECTED_DISCARDS = {IDENTICAL, "too_long"}
 #: Buffers such as ``completion_lengths`` are trimmed to this many entries between two wandb logs.
 MAX_BUFFERED_VALUES = 10_000
 
@@ -91,6 +93,50 @@ class GroupSendingMixin:
             or getattr(self, "name", None)
             or type(self).__name__
         )
+
+    def record_group_scores(self, scores: Any, kept: bool, equal_scores: bool = False) -> None:
+        """Count one generated group's scores in the rollout stats of the next wandb log, whether or not the
+        group reaches the trainer: ``kept`` when it is sent, ``equal_scores`` when it was dropped because all
+        its scores are equal (it carries no GRPO signal). A group with a non-numeric or non-finite score is
+        not counted."""
+        try:
+            values = [float(s) for s in scores]
+        except (TypeError, ValueError):
+            return
+        if not values or not all(math.isfinite(v) for v in values):
+            return
+        self.rollout_scores.extend(values)
+        trim_buffer(self.rollout_scores)
+        self.groups_scored += 1
+        if kept:
+            self.kept_scores.extend(values)
+            trim_buffer(self.kept_scores)
+        elif equal_scores:
+            self.groups_dropped_equal_scores += 1
+
+    def rollout_stats(self) -> dict[str, float]:
+        """Metrics of the groups counted since the last log: ``train/rollout_reward_mean`` (mean score of
+        every rollout generated), ``train/kept_reward_mean`` (mean over the groups sent to the trainer;
+        absent when none was), ``train/rollouts``, ``train/groups_scored`` and
+        ``train/groups_dropped_equal_scores``. Empty when no group was counted."""
+        if not self.groups_scored or not self.rollout_scores:
+            return {}
+        stats: dict[str, float] = {
+            "train/rollout_reward_mean": sum(self.rollout_scores) / len(self.rollout_scores),
+            "train/rollouts": len(self.rollout_scores),
+            "train/groups_scored": self.groups_scored,
+            "train/groups_dropped_equal_scores": self.groups_dropped_equal_scores,
+        }
+        if self.kept_scores:
+            stats["train/kept_reward_mean"] = sum(self.kept_scores) / len(self.kept_scores)
+        return stats
+
+    def reset_rollout_stats(self) -> None:
+        """Empty the buffers behind :meth:`rollout_stats`."""
+        self.rollout_scores: list[float] = []
+        self.kept_scores: list[float] = []
+        self.groups_scored = 0
+        self.groups_dropped_equal_scores = 0
 
     def record_discard(self, problem: GroupProblem, item: Any = None) -> None:
         """Count a discarded group under ``problem.code`` and log one line naming the env, item and problem."""
@@ -183,6 +229,13 @@ class GroupSendingMixin:
                 enforce_max_length=enforce_length,
                 reject_identical_scores=self.config.ensure_scores_are_not_same,
             )
+            scores = raw.get("scores") if isinstance(raw, dict) else None
+            if scores is not None:
+                self.record_group_scores(
+                    scores,
+                    kept=problem is None,
+                    equal_scores=problem is not None and problem.code == IDENTICAL,
+                )
             if problem is not None:
                 self.record_discard(problem, item)
                 continue
@@ -221,6 +274,7 @@ class GroupSendingMixin:
         self.groups_sent_total = 0
         self._groups_sent_since_status = 0
         self._warned_no_max_len = False
+        self.reset_rollout_stats()
         self._api: Optional[TrajectoryApiClient] = None
         self._unsent: Optional[UnsentGroupsFile] = None
 

@@ -152,6 +152,8 @@ class SingleTurnEnv(EvalReporting, BaseEnv):
         self.percent_correct_buffer.extend(1.0 if s >= self.correct_threshold else 0.0 for s in scores)
         self.on_group_scored(item, scores)
         if len(set(scores)) <= 1:
+            # Not sent (zero advantage everywhere), but still part of the policy's actual reward.
+            self.record_group_scores(scores, kept=False, equal_scores=True)
             return None, []
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], inference_logprobs=[], messages=[])
         for reply, node, score in zip(replies, nodes, scores, strict=True):

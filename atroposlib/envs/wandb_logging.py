@@ -22,6 +22,9 @@ import numpy as np
 
 logger = logging.getLogger("atroposlib.envs.base")
 
+#: The start of the log line with an env's rollout stats; a JSON object follows it.
+ROLLOUT_STATS_PREFIX = "rollout stats "
+
 
 def wandb_has_credentials() -> bool:
     """True when a wandb API key is available (environment variable or netrc entry for the wandb host)."""
@@ -195,8 +198,19 @@ class WandbLoggingMixin:
         table, perf stats, and ``train/groups_discarded[/<reason>]`` since the last log. Keys are prefixed with
         the API-assigned env name; per-server metrics of every server are added un-prefixed. The buffers are
         cleared even when wandb is off.
+
+        The rollout stats (``train/rollout_reward_mean`` over every rollout generated, including groups
+        dropped because their scores were all equal; ``train/kept_reward_mean`` over the groups sent;
+        ``train/groups_dropped_equal_scores``; see ``rollout_stats``) are added too, and also written as one
+        INFO line, ``rollout stats `` followed by a JSON object with ``step``, so that they reach the console
+        and log files when wandb is off.
         """
         metrics: dict[str, Any] = dict(wandb_metrics or {})
+        stats = self.rollout_stats() if hasattr(self, "rollout_stats") else {}
+        if stats:
+            metrics.update(stats)
+            logger.info("%s%s", ROLLOUT_STATS_PREFIX, json.dumps({"step": self.curr_step, **stats}))
+            self.reset_rollout_stats()
         if self.completion_lengths:
             lengths = np.asarray(self.completion_lengths, dtype=float)
             metrics["train/completion_lengths"] = float(lengths.mean())

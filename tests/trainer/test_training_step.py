@@ -58,7 +58,7 @@ def test_step_updates_weights_and_reports_metrics(tiny_model_dir, tmp_path):
     m = run_training_step(model, opt, batch, cfg, step=0)
     assert m["lr"] == pytest.approx(5e-4)
     assert m["num_sequences"] == 8 and m["tokens_per_s"] > 0 and m["grad_norm"] > 0
-    assert m["reward_mean"] == pytest.approx(0.375)
+    assert m["kept_reward_mean"] == pytest.approx(0.375)
     assert all(p.grad is None for p in model.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
