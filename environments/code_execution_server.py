@@ -397,50 +397,21 @@ class CodingEnv(SingleTurnEnv):
         )
 
     async def collect_trajectories(self, item: CodeProblem) -> tuple[Optional[ScoredDataGroup], list]:
-        async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
-            messages, replies = await self._sample(
-                managed,
-                item,
-                self.config.group_size,
-                max_tokens=self.generation_budget,
-                temperature=self.config.temperature,
-                top_p=self.config.top_p,
-            )
-            nodes = managed.get_state()["nodes"]
-        if len(nodes) != len(replies):
-            logger.warning(
-                "%s: %d replies but %d tracked sequences; skipping", self.name, len(replies), len(nodes)
-            )
+        sampled = await self.sample_group(item)
+        if sampled is None:
             return None, []
+        messages, replies, nodes = sampled
         verdicts = await asyncio.gather(*(self.judge(reply, item) for reply in replies))
         scores = [verdict.score for verdict in verdicts]
         self.percent_correct_buffer.extend(1.0 if v.all_passed else 0.0 for v in verdicts)
         if len(set(scores)) <= 1:
             return None, []
-        group = ScoredDataGroup(
-            tokens=[], masks=[], scores=[], inference_logprobs=[], messages=[], overrides=[]
-        )
-        for reply, node, verdict in zip(replies, nodes, verdicts, strict=True):
-            group["tokens"].append(list(node.tokens))
-            group["masks"].append(list(node.masked_tokens))
-            group["inference_logprobs"].append(list(node.logprobs))
-            group["scores"].append(verdict.score)
-            group["messages"].append([*messages, {"role": "assistant", "content": reply}])
-            group["overrides"].append({"code_execution": verdict.metadata()})
-        return group, []
+        overrides = [{"code_execution": verdict.metadata()} for verdict in verdicts]
+        return self.build_group(messages, replies, nodes, scores, overrides), []
 
     # -- evaluation --------------------------------------------------------------------------------------
     async def _eval_one(self, item: CodeProblem, sem: asyncio.Semaphore) -> dict[str, Any]:
-        async with sem:
-            messages, replies = await self._sample(
-                self.server,
-                item,
-                1,
-                max_tokens=self.generation_budget,
-                temperature=self.config.eval_temperature,
-                split="eval",
-            )
-        reply = replies[0] if replies else ""
+        messages, reply = await self.sample_eval_reply(item, sem)
         verdict = await self.judge(reply, item)
         return {
             "messages": [*messages, {"role": "assistant", "content": reply}],

@@ -129,7 +129,10 @@ class SingleTurnEnv(EvalReporting, BaseEnv):
             replies = [choice.message.content or "" for choice in completion.choices]
         return messages, replies
 
-    async def collect_trajectories(self, item: Any) -> tuple[Optional[ScoredDataGroup], list]:
+    async def sample_group(self, item: Any) -> Optional[tuple[list[dict], list[str], list[Any]]]:
+        """``group_size`` training replies to ``item`` through a ManagedServer: ``(prompt messages, replies,
+        tracked sequence nodes)``, or ``None`` (with a warning) when the nodes do not pair with the
+        replies."""
         async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
             messages, replies = await self._sample(
                 managed,
@@ -147,14 +150,19 @@ class SingleTurnEnv(EvalReporting, BaseEnv):
                 len(replies),
                 len(nodes),
             )
-            return None, []
-        scores = [float(s) for s in await self.score_replies_async(replies, item)]
-        self.percent_correct_buffer.extend(1.0 if s >= self.correct_threshold else 0.0 for s in scores)
-        self.on_group_scored(item, scores)
-        if len(set(scores)) <= 1:
-            # Not sent (zero advantage everywhere), but still part of the policy's actual reward.
-            self.record_group_scores(scores, kept=False, equal_scores=True)
-            return None, []
+            return None
+        return messages, replies, nodes
+
+    @staticmethod
+    def build_group(
+        messages: list[dict],
+        replies: Sequence[str],
+        nodes: Sequence[Any],
+        scores: Sequence[float],
+        overrides: Optional[Sequence[dict[str, Any]]] = None,
+    ) -> ScoredDataGroup:
+        """The scored group of sampled replies: each node's tokens, masks and logprobs, its score and the
+        chat ending in the reply (and its ``overrides`` entry when given)."""
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], inference_logprobs=[], messages=[])
         for reply, node, score in zip(replies, nodes, scores, strict=True):
             group["tokens"].append(list(node.tokens))
@@ -162,10 +170,28 @@ class SingleTurnEnv(EvalReporting, BaseEnv):
             group["inference_logprobs"].append(list(node.logprobs))
             group["scores"].append(score)
             group["messages"].append([*messages, {"role": "assistant", "content": reply}])
-        return group, []
+        if overrides is not None:
+            group["overrides"] = list(overrides)
+        return group
+
+    async def collect_trajectories(self, item: Any) -> tuple[Optional[ScoredDataGroup], list]:
+        sampled = await self.sample_group(item)
+        if sampled is None:
+            return None, []
+        messages, replies, nodes = sampled
+        scores = [float(s) for s in await self.score_replies_async(replies, item)]
+        self.percent_correct_buffer.extend(1.0 if s >= self.correct_threshold else 0.0 for s in scores)
+        self.on_group_scored(item, scores)
+        if len(set(scores)) <= 1:
+            # Not sent (zero advantage everywhere), but still part of the policy's actual reward.
+            self.record_group_scores(scores, kept=False, equal_scores=True)
+            return None, []
+        return self.build_group(messages, replies, nodes, scores), []
 
     # -- evaluation -------------------------------------------------------------------------------------
-    async def _eval_one(self, item: Any, sem: asyncio.Semaphore) -> dict[str, Any]:
+    async def sample_eval_reply(self, item: Any, sem: asyncio.Semaphore) -> tuple[list[dict], str]:
+        """One evaluation reply to ``item`` (at ``eval_temperature``, under ``sem``): ``(prompt messages,
+        reply)``; the reply is empty when the server returned no choice."""
         async with sem:
             messages, replies = await self._sample(
                 self.server,
@@ -175,7 +201,10 @@ class SingleTurnEnv(EvalReporting, BaseEnv):
                 temperature=self.config.eval_temperature,
                 split="eval",
             )
-        reply = replies[0] if replies else ""
+        return messages, replies[0] if replies else ""
+
+    async def _eval_one(self, item: Any, sem: asyncio.Semaphore) -> dict[str, Any]:
+        messages, reply = await self.sample_eval_reply(item, sem)
         score = float((await self.score_replies_async([reply], item))[0])
         return {
             "messages": [*messages, {"role": "assistant", "content": reply}],
