@@ -30,7 +30,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
-from atroposlib.envs.reporting import EvalReporting
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint
 from atroposlib.type_definitions import Item
 
 Operation = Literal["+", "-", "*"]
@@ -232,7 +232,7 @@ class ArithmeticEnvConfig(BaseEnvConfig):
         return self
 
 
-class ArithmeticEnv(EvalReporting, BaseEnv):
+class ArithmeticEnv(IterCheckpoint, EvalReporting, BaseEnv):
     """Rewards the exact integer answer to generated arithmetic questions; evaluates on a held-out split."""
 
     name = "arithmetic"
@@ -354,11 +354,6 @@ class ArithmeticEnv(EvalReporting, BaseEnv):
             end,
             {"temperature": self.config.eval_temperature, "max_tokens": self.config.max_answer_tokens},
         )
-
-    def save_checkpoint(self, step, data=None) -> None:
-        data = dict(data or {})
-        data["iter"] = self.iter
-        super().save_checkpoint(step, data)
 
 
 if __name__ == "__main__":

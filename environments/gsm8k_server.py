@@ -18,14 +18,14 @@ import time
 from typing import Optional, TypedDict
 
 from datasets import load_dataset
-from latex2sympy2_extended import NormalizationConfig
 from math_verify import LatexExtractionConfig, parse, verify
 from pydantic import Field
 from tqdm.asyncio import tqdm_asyncio
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
-from atroposlib.envs.reporting import EvalReporting, local_server_config
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, local_server_config
 from atroposlib.type_definitions import Item
+from atroposlib.utils.math_checking import reply_extraction
 
 DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
 
@@ -66,22 +66,7 @@ def gold_number(answer: str) -> str:
 def _parse_reply(text: str):
     # Only what follows the reasoning counts; the boxed answer is the anchor.
     return parse(
-        text.split("</think>")[-1],
-        extraction_config=[
-            LatexExtractionConfig(
-                normalization_config=NormalizationConfig(
-                    nits=False,
-                    malformed_operators=False,
-                    basic_latex=True,
-                    equations=True,
-                    boxed="all",
-                    units=True,
-                ),
-                boxed_match_priority=0,
-                try_extract_without_anchor=False,
-            )
-        ],
-        extraction_mode="first_match",
+        text.split("</think>")[-1], extraction_config=reply_extraction(), extraction_mode="first_match"
     )
 
 
@@ -89,7 +74,7 @@ def _parse_gold(boxed_answer: str):
     return parse(boxed_answer, extraction_mode="first_match", extraction_config=[LatexExtractionConfig()])
 
 
-class GSM8kEnv(EvalReporting, BaseEnv):
+class GSM8kEnv(IterCheckpoint, EvalReporting, BaseEnv):
     name = "gsm8k"
     env_config_cls = GSM8kEnvConfig
 
@@ -134,12 +119,6 @@ class GSM8kEnv(EvalReporting, BaseEnv):
         if self.config.eval_limit is not None:
             self.test = self.test[: self.config.eval_limit]
         self.iter = 0
-
-    def save_checkpoint(self, step, data=None):
-        if data is None:
-            data = {}
-        data["iter"] = self.iter
-        super().save_checkpoint(step, data)
 
     async def rollout_and_score_eval(self, question: str, answer: str) -> dict:
         messages = [

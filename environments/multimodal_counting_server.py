@@ -38,7 +38,7 @@ from PIL import Image, ImageDraw
 from pydantic import Field, field_validator
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
-from atroposlib.envs.reporting import EvalReporting, local_server_config, summary_line
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, local_server_config, summary_line
 from atroposlib.utils.replies import final_boxed_answer
 from atroposlib.utils.tokenize_for_trainer import tokenize_for_trainer
 
@@ -207,7 +207,7 @@ def score_reply(reply: str, answer: str) -> float:
     return 1.0 if boxed is not None and normalise_answer(boxed) == answer else 0.0
 
 
-class MultimodalCountingEnv(EvalReporting, BaseEnv):
+class MultimodalCountingEnv(IterCheckpoint, EvalReporting, BaseEnv):
     """Questions about generated pictures (see the module docstring)."""
 
     name = "multimodal_counting"
@@ -240,11 +240,6 @@ class MultimodalCountingEnv(EvalReporting, BaseEnv):
         item = make_item(self.config.seed + self.iter, self.config)
         self.iter += 1
         return item
-
-    def save_checkpoint(self, step, data=None) -> None:
-        data = dict(data or {})
-        data["iter"] = self.iter
-        super().save_checkpoint(step, data)
 
     # -- prompts ----------------------------------------------------------------------------------------
     def prompt_messages(self, item: CountingItem) -> list[dict[str, Any]]:

@@ -45,7 +45,7 @@ from pydantic import Field
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, EvalHandlingEnum, ScoredDataGroup
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
-from atroposlib.envs.reporting import EvalReporting, local_server_config
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, local_server_config
 from atroposlib.envs.server_handling.server_manager import ServerManager
 from atroposlib.utils.replies import final_boxed_answer
 
@@ -185,7 +185,7 @@ class RLAIFEnvConfig(BaseEnvConfig):
     eval_limit: Optional[int] = Field(None, ge=1, description="evaluate on at most this many items")
 
 
-class RLAIFEnv(EvalReporting, BaseEnv):
+class RLAIFEnv(IterCheckpoint, EvalReporting, BaseEnv):
     """Pairwise AI-judged preferences as rewards (see the module docstring)."""
 
     name = "rlaif"
@@ -275,11 +275,6 @@ class RLAIFEnv(EvalReporting, BaseEnv):
         item = self.train[self.iter % len(self.train)]
         self.iter += 1
         return item
-
-    def save_checkpoint(self, step, data=None) -> None:
-        data = dict(data or {})
-        data["iter"] = self.iter
-        super().save_checkpoint(step, data)
 
     # -- judging ----------------------------------------------------------------------------------------
     @property

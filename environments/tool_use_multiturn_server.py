@@ -41,8 +41,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from latex2sympy2_extended import NormalizationConfig
-from math_verify import LatexExtractionConfig, parse, verify
+from math_verify import parse, verify
 from pydantic import Field
 
 from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
@@ -51,6 +50,7 @@ from atroposlib.envs.episodes import END_DONE, Episode, Feedback
 from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
 from atroposlib.envs.reporting import local_server_config
 from atroposlib.envs.tools import Tool, ToolRegistry, registry, run_tool_calls, tool_schema
+from atroposlib.utils.math_checking import reply_extraction
 from atroposlib.utils.replies import final_boxed_answer
 
 logger = logging.getLogger(__name__)
@@ -84,24 +84,7 @@ def gold_answer(answer: str) -> str:
 
 
 def _parse_math(text: str):
-    return parse(
-        f"\\boxed{{{text}}}",
-        extraction_config=[
-            LatexExtractionConfig(
-                normalization_config=NormalizationConfig(
-                    nits=False,
-                    malformed_operators=False,
-                    basic_latex=True,
-                    equations=True,
-                    boxed="all",
-                    units=True,
-                ),
-                boxed_match_priority=0,
-                try_extract_without_anchor=False,
-            )
-        ],
-        extraction_mode="first_match",
-    )
+    return parse(f"\\boxed{{{text}}}", extraction_config=reply_extraction(), extraction_mode="first_match")
 
 
 def answer_is_correct(reply: str, gold: str) -> bool:

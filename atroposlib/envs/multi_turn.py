@@ -46,7 +46,7 @@ from atroposlib.envs.episodes import (
     turn_level_advantages,
 )
 from atroposlib.envs.groups import ScoredDataGroup
-from atroposlib.envs.reporting import EvalReporting, mean, summary_line
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, mean, summary_line
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class MultiTurnEnvConfig(BaseEnvConfig):
     )
 
 
-class MultiTurnEnv(EvalReporting, BaseEnv):
+class MultiTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
     """Items played as multi-turn episodes (see the module docstring)."""
 
     env_config_cls = MultiTurnEnvConfig
@@ -247,8 +247,3 @@ class MultiTurnEnv(EvalReporting, BaseEnv):
         self.train_scores = []
         self.train_metrics = {}
         await super().wandb_log(wandb_metrics)
-
-    def save_checkpoint(self, step, data=None) -> None:
-        data = dict(data or {})
-        data["iter"] = self.iter
-        super().save_checkpoint(step, data)

@@ -1,10 +1,13 @@
-"""Metrics an environment collects between wandb logs, and its evaluation report.
+"""Metrics an environment collects between wandb logs, its evaluation report, and its checkpointed position.
 
 :class:`EvalReporting` is a mixin placed before :class:`~atroposlib.envs.base.BaseEnv` in an environment's
 bases. It holds ``percent_correct_buffer`` (one 0/1 or fractional value per training reply, logged as
 ``train/percent_correct``) and ``eval_metrics`` (the last evaluation's ``(key, value)`` pairs, logged once
 with the next ``wandb_log``); :meth:`EvalReporting.report_evaluation` prints an evaluation's summary line,
 queues its metrics and writes them with ``evaluate_log``.
+
+:class:`IterCheckpoint` (also before ``BaseEnv``) writes the environment's ``iter`` (its position in the
+training items) into every checkpoint, so ``load_checkpoint`` resumes there.
 
 :func:`local_server_config` is the inference-server default an environment's ``config_init`` returns: an
 OpenAI-compatible server on ``localhost``.
@@ -40,6 +43,18 @@ def summary_line(name: str, count: int, unit: str, metrics: Mapping[str, float])
 def mean(values: Sequence[float]) -> float:
     """The arithmetic mean of a non-empty sequence."""
     return sum(values) / len(values)
+
+
+class IterCheckpoint:
+    """Checkpoints carry ``self.iter`` (see the module docstring)."""
+
+    iter: int
+
+    def save_checkpoint(self, step: int, data: Optional[dict[str, Any]] = None) -> None:
+        """``data`` (default empty) plus ``{"iter": self.iter}``, saved by the environment's checkpointing."""
+        data = dict(data or {})
+        data["iter"] = self.iter
+        super().save_checkpoint(step, data)  # type: ignore[misc]
 
 
 class EvalReporting:

@@ -32,7 +32,7 @@ from pydantic import Field
 
 from atroposlib.envs.base import BaseEnv, BaseEnvConfig
 from atroposlib.envs.groups import ScoredDataGroup
-from atroposlib.envs.reporting import EvalReporting, mean
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, mean
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class SingleTurnEnvConfig(BaseEnvConfig):
     eval_limit: Optional[int] = Field(None, ge=1, description="evaluate on at most this many items")
 
 
-class SingleTurnEnv(EvalReporting, BaseEnv):
+class SingleTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
     """One prompt, ``group_size`` replies, one float reward per reply (see the module docstring).
 
     ``self.train`` and ``self.test`` (empty lists until ``setup`` fills them) back the default
@@ -249,7 +249,3 @@ class SingleTurnEnv(EvalReporting, BaseEnv):
         )
 
     # -- checkpoints ------------------------------------------------------------------------------------
-    def save_checkpoint(self, step, data=None) -> None:
-        data = dict(data or {})
-        data["iter"] = self.iter
-        super().save_checkpoint(step, data)

@@ -102,6 +102,23 @@ def answers_match(gold: str, answer: str) -> bool:
     return bool(verify(gold_parsed, answer_parsed, timeout_seconds=None))
 
 
+def reply_extraction() -> list[Any]:
+    """``math_verify`` extraction settings for a model's boxed answer: the boxed expression only (no
+    fallback to unanchored text), LaTeX normalised (basic LaTeX, equations, units, every box) without
+    repairing malformed operators or nits."""
+    from latex2sympy2_extended import NormalizationConfig
+    from math_verify import LatexExtractionConfig
+
+    normalization = NormalizationConfig(
+        nits=False, malformed_operators=False, basic_latex=True, equations=True, boxed="all", units=True
+    )
+    return [
+        LatexExtractionConfig(
+            normalization_config=normalization, boxed_match_priority=0, try_extract_without_anchor=False
+        )
+    ]
+
+
 def _prepare_worker() -> None:
     # Ctrl-C belongs to the parent; a worker only stops when the pool stops or kills it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -27,13 +27,7 @@ from __future__ import annotations
 import gymnasium as gym
 from pydantic import Field
 
-from atroposlib.envs.games import (
-    GameEnv,
-    GameEnvConfig,
-    GameSession,
-    InvalidAction,
-    action_tool_schema,
-)
+from atroposlib.envs.games import GameEnv, GameEnvConfig, GameSession, InvalidAction, action_tool_schema
 
 DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 MOVES = {"stick": 0, "hit": 1}

@@ -30,13 +30,7 @@ from typing import Any, Optional
 import gymnasium as gym
 from pydantic import Field
 
-from atroposlib.envs.games import (
-    GameEnv,
-    GameEnvConfig,
-    GameSession,
-    InvalidAction,
-    action_tool_schema,
-)
+from atroposlib.envs.games import GameEnv, GameEnvConfig, GameSession, InvalidAction, action_tool_schema
 
 DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 MOVES = {"south": 0, "north": 1, "east": 2, "west": 3, "pickup": 4, "dropoff": 5}

@@ -33,13 +33,7 @@ import textworld
 from pydantic import Field
 from textworld.generator import compile_game, make_game
 
-from atroposlib.envs.games import (
-    GameEnv,
-    GameEnvConfig,
-    GameSession,
-    InvalidAction,
-    action_tool_schema,
-)
+from atroposlib.envs.games import GameEnv, GameEnvConfig, GameSession, InvalidAction, action_tool_schema
 
 DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 
