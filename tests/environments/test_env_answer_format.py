@@ -8,7 +8,6 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
 from environments.answer_format_environment import (
     FORMATS,
@@ -24,6 +23,7 @@ from tests.fixtures.single_turn_runs import (
     OFFLINE,
     check_group,
     evaluate_metrics,
+    offline_env,
     process_groups,
     prompt_text,
 )
@@ -110,9 +110,7 @@ def test_gold_answer_and_config_checks():
 
 
 def _env(tiny_model_dir, **overrides) -> AnswerFormatEnv:
-    config = AnswerFormatEnvConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False, **overrides)
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return AnswerFormatEnv(config, server)
+    return offline_env(AnswerFormatEnv, tiny_model_dir, **overrides)
 
 
 async def test_items_draw_formats_deterministically(tiny_model_dir):

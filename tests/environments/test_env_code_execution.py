@@ -13,17 +13,21 @@ from typing import Any
 
 import pytest
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
 from atroposlib.sandbox import SandboxError
 from environments.code_execution_server import (
-    CodeConfig,
     CodeProblem,
     CodingEnv,
     humaneval_rows,
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
-from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
+from tests.fixtures.single_turn_runs import (
+    check_group,
+    evaluate_metrics,
+    offline_env,
+    process_groups,
+    prompt_text,
+)
 
 MBPP = FIXTURES / "mbpp_sample.jsonl"
 HUMANEVAL = FIXTURES / "humaneval_sample.jsonl"
@@ -77,18 +81,18 @@ def tokenizer_dir(tiny_model_dir):
 
 
 def make_env(tokenizer_dir, **overrides) -> CodingEnv:
-    values = {
-        "tokenizer_name": str(tokenizer_dir),
-        "use_wandb": False,
-        "group_size": 4,
-        "dataset_path": str(MBPP),
-        "max_token_length": 1024,
-        "seconds_per_test": 1.0,
-        "wall_seconds": 6.0,
-        **overrides,
-    }
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return CodingEnv(CodeConfig(**values), server, slurm=False, testing=False)
+    return offline_env(
+        CodingEnv,
+        tokenizer_dir,
+        **{
+            "group_size": 4,
+            "dataset_path": str(MBPP),
+            "max_token_length": 1024,
+            "seconds_per_test": 1.0,
+            "wall_seconds": 6.0,
+            **overrides,
+        },
+    )
 
 
 @pytest.fixture(scope="module")

@@ -3,17 +3,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
 from environments import fundamental_prediction_environment as fundamentals
 from environments.fundamental_prediction_environment import (
     FundamentalPredictionEnv,
-    FundamentalsEnvConfig,
     FundamentalsItem,
     Prediction,
     magnitude_closeness,
@@ -23,7 +20,14 @@ from environments.fundamental_prediction_environment import (
     row_to_item,
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
-from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
+from tests.fixtures.single_turn_runs import (
+    check_group,
+    evaluate_metrics,
+    offline_env,
+    process_groups,
+    prompt_text,
+    write_jsonl,
+)
 
 SAMPLE = FIXTURES / "fundamentals_sample.jsonl"
 ROWS = read_jsonl(SAMPLE)
@@ -37,19 +41,7 @@ def _statement(metric: str, direction: str, size: float) -> str:
 
 
 def _env(tiny_model_dir, **overrides) -> FundamentalPredictionEnv:
-    values = {
-        "tokenizer_name": str(tiny_model_dir),
-        "use_wandb": False,
-        "dataset_path": str(SAMPLE),
-        **overrides,
-    }
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return FundamentalPredictionEnv(FundamentalsEnvConfig(**values), server, slurm=False, testing=False)
-
-
-def _write(path, rows) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return str(path)
+    return offline_env(FundamentalPredictionEnv, tiny_model_dir, **{"dataset_path": str(SAMPLE), **overrides})
 
 
 def _item_of(prompt: Any) -> FundamentalsItem:
@@ -100,7 +92,9 @@ def test_rows_become_items():
     ],
 )
 async def test_bad_rows_stop_setup_with_one_line(tiny_model_dir, tmp_path, change, message):
-    env = _env(tiny_model_dir, dataset_path=_write(tmp_path / "bad.jsonl", [ROWS[0], {**ROWS[1], **change}]))
+    env = _env(
+        tiny_model_dir, dataset_path=write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], {**ROWS[1], **change}])
+    )
     with pytest.raises(DatasetError, match=message):
         await env.setup()
 
@@ -111,7 +105,7 @@ async def test_setup_local_and_empty(tiny_model_dir, tmp_path):
     assert sorted(i.context for i in env.train) == sorted(r["context"] for r in ROWS)
     assert sorted(i.context for i in env.test) == sorted(r["context"] for r in ROWS)
     with pytest.raises(DatasetError, match="empty.jsonl: no rows"):
-        await _env(tiny_model_dir, dataset_path=_write(tmp_path / "empty.jsonl", [])).setup()
+        await _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "empty.jsonl", [])).setup()
 
 
 async def test_default_data_is_the_hub_set(tiny_model_dir, monkeypatch):

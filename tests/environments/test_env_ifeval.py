@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
 from environments.instruction_following_algorithm_environment import (
-    IFConfig,
     InstructionFollowingEnv,
     evaluation_metrics,
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
-from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
+from tests.fixtures.single_turn_runs import (
+    check_group,
+    evaluate_metrics,
+    offline_env,
+    process_groups,
+    prompt_text,
+    write_jsonl,
+)
 
 IFEVAL = FIXTURES / "ifeval_sample.jsonl"
 RLVR = FIXTURES / "rlvr_ifeval_sample.jsonl"
@@ -123,20 +127,9 @@ def tokenizer_dir(tiny_model_dir):
 
 
 def _env(tokenizer_dir, **overrides) -> InstructionFollowingEnv:
-    values = {
-        "tokenizer_name": str(tokenizer_dir),
-        "use_wandb": False,
-        "group_size": 4,
-        "dataset_path": str(IFEVAL),
-        **overrides,
-    }
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return InstructionFollowingEnv(IFConfig(**values), server, slurm=False, testing=False)
-
-
-def _write(path, rows) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return str(path)
+    return offline_env(
+        InstructionFollowingEnv, tokenizer_dir, **{"group_size": 4, "dataset_path": str(IFEVAL), **overrides}
+    )
 
 
 async def _item(env: InstructionFollowingEnv, phrase: str):
@@ -228,7 +221,7 @@ async def test_default_sources_train_on_rlvr_and_evaluate_on_ifeval(tokenizer_di
     ],
 )
 async def test_bad_rows_name_the_file_row_and_problem(tokenizer_dir, tmp_path, row, message):
-    path = _write(tmp_path / "bad.jsonl", [read_jsonl(IFEVAL)[0], row])
+    path = write_jsonl(tmp_path / "bad.jsonl", [read_jsonl(IFEVAL)[0], row])
     with pytest.raises(DatasetError, match=f"{path}: {message}"):
         await _env(tokenizer_dir, dataset_path=path).setup()
 
@@ -242,7 +235,7 @@ async def test_an_empty_file_is_an_error(tokenizer_dir, tmp_path):
 
 def test_process_reports_an_unknown_instruction_in_one_line(tmp_path, tokenizer_dir):
     row = {"key": 7, "prompt": "Hi", "instruction_id_list": ["keywords:rhyme"], "kwargs": [{}]}
-    path = _write(tmp_path / "bad.jsonl", [row])
+    path = write_jsonl(tmp_path / "bad.jsonl", [row])
     result = run_env(
         SCRIPT,
         [

@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
 from environments import math_server
 from environments.math_server import MathEnv, MathEnvConfig, MathItem, interleave, rows_to_items
@@ -17,9 +15,11 @@ from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.fixtures.single_turn_runs import (
     check_group,
     evaluate_metrics,
+    offline_env,
     process_groups,
     prompt_text,
     serve_first_group,
+    write_jsonl,
 )
 
 SAMPLE = FIXTURES / "math500_sample.jsonl"
@@ -60,16 +60,11 @@ def even_rows_right_responder(prompt: Any, index: int) -> str:
 
 
 def _env(tiny_model_dir, **overrides) -> MathEnv:
-    values = {
-        "tokenizer_name": str(tiny_model_dir),
-        "use_wandb": False,
-        "group_size": 4,
-        "dataset_path": str(SAMPLE),
-        "check_timeout_s": 10.0,
-        **overrides,
-    }
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return MathEnv(MathEnvConfig(**values), server, slurm=False, testing=False)
+    return offline_env(
+        MathEnv,
+        tiny_model_dir,
+        **{"group_size": 4, "dataset_path": str(SAMPLE), "check_timeout_s": 10.0, **overrides},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +72,6 @@ def env(tiny_model_dir):
     env = _env(tiny_model_dir)
     yield env
     env.checker.close()
-
-
-def _write(path, rows) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return str(path)
 
 
 # -- data ------------------------------------------------------------------------------------------------
@@ -95,7 +85,7 @@ def test_rows_of_every_schema_become_items():
 
 
 def test_a_row_missing_a_field_is_one_line_naming_file_row_and_field(tmp_path):
-    path = _write(tmp_path / "bad.jsonl", [ROWS[0], {"problem": "What is 2+2?", "solution": "4"}])
+    path = write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], {"problem": "What is 2+2?", "solution": "4"}])
     with pytest.raises(DatasetError, match=r"bad\.jsonl: row 1: missing field 'answer'"):
         rows_to_items(read_jsonl(path), path, "x")
     with pytest.raises(DatasetError, match="missing field 'problem'"):
@@ -112,7 +102,7 @@ async def test_setup_reads_local_files(tiny_model_dir, tmp_path):
     assert [i.subset for i in env.test] == ["math500_sample"] * len(ROWS)  # reported under its file name
     first = await env.get_next_item()
     assert first == env.train[0] and env.iter == 1
-    empty = _env(tiny_model_dir, dataset_path=_write(tmp_path / "empty.jsonl", []))
+    empty = _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "empty.jsonl", []))
     with pytest.raises(DatasetError, match="empty.jsonl: no rows"):
         await empty.setup()
 

@@ -8,19 +8,23 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from atroposlib.envs.base import APIServerConfig
 from environments.math_server import MathEnv as ChatMathEnv
 from environments.math_server import MathItem
 from environments.math_server_zero import (
     STOP_STRINGS,
     MathZeroEnv,
-    MathZeroEnvConfig,
     zero_prompt,
     zero_reply_answers,
 )
 from tests.environments.test_env_math import OTHER_FORM, ROWS, SAMPLE
 from tests.fixtures.cli_runs import ENVIRONMENTS
-from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
+from tests.fixtures.single_turn_runs import (
+    check_group,
+    evaluate_metrics,
+    offline_env,
+    process_groups,
+    prompt_text,
+)
 
 
 def _row_of(prompt: Any) -> dict[str, Any]:
@@ -47,15 +51,9 @@ def even_rows_right_responder(prompt: Any, index: int) -> str:
 
 
 def _env(tiny_model_dir, **overrides) -> MathZeroEnv:
-    values = {
-        "tokenizer_name": str(tiny_model_dir),
-        "use_wandb": False,
-        "group_size": 4,
-        "dataset_path": str(SAMPLE),
-        **overrides,
-    }
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return MathZeroEnv(MathZeroEnvConfig(**values), server, slurm=False, testing=False)
+    return offline_env(
+        MathZeroEnv, tiny_model_dir, **{"group_size": 4, "dataset_path": str(SAMPLE), **overrides}
+    )
 
 
 @pytest.fixture(scope="module")

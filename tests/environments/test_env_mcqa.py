@@ -3,15 +3,12 @@ and ``evaluate``."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
 from environments.mcqa_thinking_env import (
-    MCQAEnvConfig,
     MCQAItem,
     MCQAThinkingEnv,
     box_letter,
@@ -21,7 +18,14 @@ from environments.mcqa_thinking_env import (
     user_prompt,
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
-from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
+from tests.fixtures.single_turn_runs import (
+    check_group,
+    evaluate_metrics,
+    offline_env,
+    process_groups,
+    prompt_text,
+    write_jsonl,
+)
 
 SAMPLE = FIXTURES / "mmlu_sample.jsonl"
 ROWS = read_jsonl(SAMPLE)
@@ -29,19 +33,7 @@ ITEM = MCQAItem("Which planet is largest?", "astronomy", ("Mars", "Jupiter", "Ve
 
 
 def _env(tiny_model_dir, **overrides) -> MCQAThinkingEnv:
-    values = {
-        "tokenizer_name": str(tiny_model_dir),
-        "use_wandb": False,
-        "dataset_path": str(SAMPLE),
-        **overrides,
-    }
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return MCQAThinkingEnv(MCQAEnvConfig(**values), server, slurm=False, testing=False)
-
-
-def _write(path, rows) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return str(path)
+    return offline_env(MCQAThinkingEnv, tiny_model_dir, **{"dataset_path": str(SAMPLE), **overrides})
 
 
 def _item_of(prompt: Any) -> MCQAItem:
@@ -92,7 +84,7 @@ def test_rows_become_items():
     ],
 )
 async def test_bad_rows_stop_setup_with_one_line(tiny_model_dir, tmp_path, row, message):
-    env = _env(tiny_model_dir, dataset_path=_write(tmp_path / "bad.jsonl", [ROWS[0], row]))
+    env = _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], row]))
     with pytest.raises(DatasetError, match=message):
         await env.setup()
 
@@ -105,7 +97,7 @@ async def test_setup_reads_a_local_file_and_empty_sets_are_errors(tiny_model_dir
     assert [i.choices for i in env.test] == [tuple(r["choices"]) for r in ROWS]  # not shuffled by default
     assert await env.get_next_item() == env.train[0]
     with pytest.raises(DatasetError, match="empty.jsonl: no rows"):
-        await _env(tiny_model_dir, dataset_path=_write(tmp_path / "empty.jsonl", [])).setup()
+        await _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "empty.jsonl", [])).setup()
 
 
 async def test_default_data_is_mmlu_on_the_hub(tiny_model_dir, monkeypatch):

@@ -8,11 +8,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
 from atroposlib.utils.pydantic_source import UnsupportedSource, model_from_source
 from environments.pydantic_schema_following_environment import (
-    PydanticEnvConfig,
     PydanticSchemaFollowingEnv,
     extract_json,
     score_reply,
@@ -23,6 +21,7 @@ from tests.fixtures.single_turn_runs import (
     OFFLINE,
     check_group,
     evaluate_metrics,
+    offline_env,
     process_groups,
     prompt_text,
 )
@@ -152,9 +151,7 @@ def test_extract_json():
 
 # ------------------------------------------------------------------------------------------- data
 def _env(tiny_model_dir, **overrides) -> PydanticSchemaFollowingEnv:
-    config = PydanticEnvConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False, **overrides)
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return PydanticSchemaFollowingEnv(config, server)
+    return offline_env(PydanticSchemaFollowingEnv, tiny_model_dir, **overrides)
 
 
 async def test_local_rows_and_held_out_split(tiny_model_dir):

@@ -8,7 +8,6 @@ from collections import Counter
 import pytest
 from pydantic import ValidationError
 
-from atroposlib.envs.base import APIServerConfig
 from environments.reasoning_gym_environment import (
     ReasoningGymEnv,
     ReasoningGymEnvConfig,
@@ -16,13 +15,17 @@ from environments.reasoning_gym_environment import (
     registered_tasks,
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS
-from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
+from tests.fixtures.single_turn_runs import (
+    check_group,
+    evaluate_metrics,
+    offline_env,
+    process_groups,
+    prompt_text,
+)
 
 
 def _env(tiny_model_dir, **overrides) -> ReasoningGymEnv:
-    config = ReasoningGymEnvConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False, **overrides)
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return ReasoningGymEnv(config, server)
+    return offline_env(ReasoningGymEnv, tiny_model_dir, **overrides)
 
 
 async def _ready(tiny_model_dir, **overrides) -> ReasoningGymEnv:

@@ -7,7 +7,6 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
 from environments.text_reversal_environment import (
     TextReversalEnv,
@@ -16,16 +15,20 @@ from environments.text_reversal_environment import (
     score_reply,
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
-from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups, prompt_text
+from tests.fixtures.single_turn_runs import (
+    check_group,
+    evaluate_metrics,
+    offline_env,
+    process_groups,
+    prompt_text,
+)
 
 SAMPLE = FIXTURES / "text_reversal_sample.jsonl"
 CHAT_SAMPLE = FIXTURES / "text_reversal_chat_sample.jsonl"
 
 
 def _env(tiny_model_dir, **overrides) -> TextReversalEnv:
-    config = TextReversalEnvConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False, **overrides)
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return TextReversalEnv(config, server)
+    return offline_env(TextReversalEnv, tiny_model_dir, **overrides)
 
 
 @pytest.mark.parametrize(

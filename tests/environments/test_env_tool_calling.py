@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from typing import Any
 
 import pytest
-import requests
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
-from atroposlib.testing.scripted_server import launch_scripted_server
 from atroposlib.utils.tool_calls import ToolCall, expected_tool_calls, reply_matches
 from environments.tool_calling_server import (
     SingleToolCallingEnv,
     ToolCallingEnv,
-    ToolCallingEnvConfig,
     evaluation_metrics,
     row_to_item,
 )
-from tests.envs.serve_helpers import wait_for
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
-from tests.fixtures.single_turn_runs import check_group, evaluate_metrics, process_groups
+from tests.fixtures.single_turn_runs import (
+    check_group,
+    evaluate_metrics,
+    offline_env,
+    process_groups,
+    serve_first_group,
+    write_jsonl,
+)
 
 SAMPLE = FIXTURES / "hermes_fc_sample.jsonl"
 ROWS = read_jsonl(SAMPLE)
@@ -41,21 +39,11 @@ def tokenizer_dir(tiny_model_dir):
 
 
 def _env(tokenizer_dir, **overrides) -> ToolCallingEnv:
-    values = {
-        "tokenizer_name": str(tokenizer_dir),
-        "use_wandb": False,
-        "group_size": 4,
-        "dataset_path": str(SAMPLE),
-        "max_token_length": 1024,
-        **overrides,
-    }
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return ToolCallingEnv(ToolCallingEnvConfig(**values), server, slurm=False, testing=False)
-
-
-def _write(path, rows) -> str:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return str(path)
+    return offline_env(
+        ToolCallingEnv,
+        tokenizer_dir,
+        **{"group_size": 4, "dataset_path": str(SAMPLE), "max_token_length": 1024, **overrides},
+    )
 
 
 def _text(calls: list[ToolCall], *, reverse: bool = False, floats: bool = False) -> str:
@@ -141,7 +129,7 @@ async def test_default_loader_is_the_hub_dataset(tokenizer_dir, monkeypatch):
     ],
 )
 async def test_bad_rows_name_the_file_row_and_field(tokenizer_dir, tmp_path, row, message):
-    path = _write(tmp_path / "bad.jsonl", [ROWS[0], row])
+    path = write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], row])
     env = _env(tokenizer_dir, dataset_path=path)
     with pytest.raises(DatasetError, match=f"{path}: {message}"):
         await env.setup()
@@ -153,17 +141,17 @@ async def test_empty_sets_and_unusable_answers_are_errors(tokenizer_dir, tmp_pat
     with pytest.raises(DatasetError, match="no rows"):
         await _env(tokenizer_dir, dataset_path=str(empty)).setup()
     no_call = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "Hello!"}]}
-    path = _write(tmp_path / "nocall.jsonl", [no_call])
+    path = write_jsonl(tmp_path / "nocall.jsonl", [no_call])
     with pytest.raises(DatasetError, match="no row has a usable expected tool call"):
         await _env(tokenizer_dir, dataset_path=path).setup()
     # A usable row keeps the set; the unusable one is left out (with a warning).
-    env = _env(tokenizer_dir, dataset_path=_write(tmp_path / "mixed.jsonl", [no_call, ROWS[0]]))
+    env = _env(tokenizer_dir, dataset_path=write_jsonl(tmp_path / "mixed.jsonl", [no_call, ROWS[0]]))
     await env.setup()
     assert len(env.train) == 1
 
 
 def test_process_reports_a_bad_file_in_one_line(tmp_path, tokenizer_dir):
-    path = _write(tmp_path / "bad.jsonl", [{"conversations": [{"from": "human", "value": "hi"}]}])
+    path = write_jsonl(tmp_path / "bad.jsonl", [{"conversations": [{"from": "human", "value": "hi"}]}])
     result = run_env(
         ENVIRONMENTS / "tool_calling_server.py",
         [
@@ -302,51 +290,8 @@ def test_evaluate_reports_simple_and_parallel_accuracy(tmp_path, tokenizer_dir, 
 
 
 def test_serve_sends_scored_groups_to_the_api(tmp_path, tokenizer_dir, api):
-    registration = {
-        "wandb_group": "g",
-        "wandb_project": "p",
-        "batch_size": 8,
-        "max_token_len": 4096,
-        "checkpoint_dir": str(tmp_path / "ckpt"),
-        "save_checkpoint_interval": -1,
-        "starting_step": 0,
-        "num_steps": 100,
-    }
-    requests.post(
-        f"{api.url}/register", json=registration, headers=api.headers(), timeout=10
-    ).raise_for_status()
-    requests.get(f"{api.url}/batch", headers=api.headers(), timeout=10).raise_for_status()
-    with launch_scripted_server(respond=mixed_responder, tokenizer=tokenizer_dir) as server:
-        proc = subprocess.Popen(
-            [
-                sys.executable, str(ENVIRONMENTS / "tool_calling_server.py"), "serve",
-                "--env.dataset_path", str(SAMPLE),
-                "--env.tokenizer_name", str(tokenizer_dir),
-                "--env.rollout_server_url", api.url,
-                "--env.group_size", "4",
-                "--env.max_token_length", "2048",
-                "--env.use_wandb", "false",
-                "--openai.base_url", server.base_url,
-                "--openai.model_name", "scripted-model",
-                "--openai.server_type", "vllm",
-            ],
-            cwd=tmp_path,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-            stdout=subprocess.DEVNULL,
-            stderr=open(tmp_path / "env.log", "w"),
-        )  # fmt: skip
-        try:
-            recent = wait_for(
-                lambda: requests.get(f"{api.url}/inspect/recent", headers=api.headers(), timeout=5).json()[
-                    "groups"
-                ],
-                120,
-                0.5,
-                "a scored group",
-            )
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=60)
-    log = (tmp_path / "env.log").read_text()
-    assert code == 0, log[-3000:]
-    assert sorted(recent[0]["group"]["scores"]) == [-1.0, -1.0, 1.0, 1.0]
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.max_token_length", "2048"]
+    _, group, _ = serve_first_group(
+        ENVIRONMENTS / "tool_calling_server.py", args, mixed_responder, tokenizer_dir, tmp_path, api
+    )
+    assert sorted(group["scores"]) == [-1.0, -1.0, 1.0, 1.0]
