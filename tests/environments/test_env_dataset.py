@@ -16,6 +16,7 @@ from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, GSM8K_SAMPLE, gsm8k_
 from tests.fixtures.single_turn_runs import (
     OFFLINE,
     check_group,
+    check_groups,
     evaluate_metrics,
     process_groups,
     prompt_text,
@@ -216,10 +217,7 @@ def test_process_math_config_on_a_local_file(tmp_path, tiny_model_dir):
         tmp_path,
         "dataset",
     )  # fmt: skip
-    assert len(groups) == 3
-    for group in groups:
-        check_group(group, 2)
-        assert sorted(group["scores"]) == [0.0, 1.0]
+    check_groups(groups, 3, [0.0, 1.0])
 
 
 def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):

@@ -21,7 +21,7 @@ from environments.fundamental_prediction_environment import (
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.fixtures.single_turn_runs import (
-    check_group,
+    check_groups,
     evaluate_metrics,
     offline_env,
     process_groups,
@@ -188,10 +188,7 @@ def test_process_writes_groups(tiny_model_dir, tmp_path):
         tmp_path,
         "fundamental_prediction",
     )  # fmt: skip
-    assert len(groups) == 3
-    for group in groups:
-        check_group(group, 4)
-        assert sorted(group["scores"]) == pytest.approx([0.0, 0.0, 0.85, 1.0])
+    check_groups(groups, 3, [0.0, 0.0, 0.85, 1.0])
 
 
 def test_evaluate_reports_direction_accuracy_and_magnitude_error(tiny_model_dir, tmp_path, capsys):

@@ -19,7 +19,7 @@ from environments.pydantic_schema_following_environment import (
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.fixtures.single_turn_runs import (
     OFFLINE,
-    check_group,
+    check_groups,
     evaluate_metrics,
     offline_env,
     process_groups,
@@ -233,10 +233,7 @@ def test_process_with_a_local_file(tmp_path, tiny_model_dir):
         tmp_path,
         "pydantic_schema_following",
     )  # fmt: skip
-    assert len(groups) == 3
-    for group in groups:
-        check_group(group, 2)
-        assert sorted(group["scores"]) == [0.0, 1.0]
+    check_groups(groups, 3, [0.0, 1.0])
 
 
 def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):
