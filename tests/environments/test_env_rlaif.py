@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import threading
 
@@ -11,7 +10,6 @@ import pytest
 from transformers import AutoTokenizer
 
 from atroposlib.envs.base import APIServerConfig
-from atroposlib.envs.cli import run_cli
 from atroposlib.envs.data_loading import DatasetError
 from atroposlib.testing.scripted_server import launch_scripted_server
 from environments.rlaif_server import (
@@ -22,6 +20,7 @@ from environments.rlaif_server import (
     row_to_item,
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
+from tests.fixtures.single_turn_runs import evaluate_metrics
 
 WILDCHAT = FIXTURES / "wildchat_sample.jsonl"
 ROWS = read_jsonl(WILDCHAT)
@@ -212,33 +211,18 @@ def test_process_with_a_separate_judge_server(tmp_path, tiny_model_dir):
     assert all(g["messages"][0][-1]["content"] == KIND for g in groups)
 
 
-def test_evaluate_judges_against_the_reference_reply(tmp_path, tiny_model_dir):
+def test_evaluate_judges_against_the_reference_reply(tmp_path, tiny_model_dir, capsys):
     counter = itertools.count()
 
     def judge(a, b):  # the policy's warm reply wins when shown first, loses when shown second
         next(counter)
         return "\\boxed{A}"
 
-    respond = judge_responder(judge)
-    evals = tmp_path / "evals"
-    with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
-        with pytest.raises(SystemExit) as exited:
-            run_cli(
-                RLAIFEnv,
-                [
-                    "evaluate",
-                    "--env.dataset_path", str(WILDCHAT),
-                    "--env.tokenizer_name", str(tiny_model_dir),
-                    "--env.use_wandb", "false",
-                    "--env.data_dir_to_save_evals", str(evals),
-                    "--openai.base_url", server.base_url,
-                    "--openai.model_name", "scripted-model",
-                ],
-            )  # fmt: skip
-    assert exited.value.code == 0
-    metrics = json.loads((evals / "metrics.json").read_text())["results"]["all"]
+    args = ["--env.dataset_path", WILDCHAT]
+    metrics, samples, _ = evaluate_metrics(
+        RLAIFEnv, args, judge_responder(judge), tiny_model_dir, tmp_path, capsys
+    )
     assert metrics == {"eval/win_rate": 0.5, "eval/unreadable_judgements": 0.0}
-    samples = read_jsonl(evals / "samples.jsonl")
     assert len(samples) == 7 and next(counter) == 14  # the row without a reference reply is left out
 
 

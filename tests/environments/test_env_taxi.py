@@ -18,8 +18,9 @@ from environments.game_environments.taxi_env import (
     describe_state,
     taxi_env_id,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, read_jsonl, run_env
+from tests.fixtures.cli_runs import ENVIRONMENTS
 from tests.fixtures.multi_turn_runs import episode_responder, take_action
+from tests.fixtures.single_turn_runs import process_groups
 
 SCRIPT = ENVIRONMENTS / "game_environments" / "taxi_env.py"
 
@@ -126,24 +127,9 @@ async def test_a_game_that_ends_early_and_one_at_the_turn_limit(tiny_model_dir):
 
 def test_process_writes_groups_with_differing_returns(tmp_path, tiny_model_dir):
     respond = episode_responder([["I will wait here."], [take_action("north")]])
-    with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
-        result = run_env(
-            SCRIPT,
-            [
-                "process",
-                "--env.tokenizer_name", tiny_model_dir,
-                "--openai.base_url", server.base_url,
-                "--openai.model_name", "scripted-model",
-                "--env.use_wandb", "false",
-                "--env.group_size", "4",
-                "--env.total_steps", "2",
-                "--env.max_turns", "3",
-                "--env.max_tokens_per_turn", "64",
-            ],
-            cwd=tmp_path,
-        )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    groups = read_jsonl(tmp_path / "data" / "gym_taxi.jsonl")
+    args = ["process", "--env.group_size", "4", "--env.total_steps", "2", "--env.max_turns", "3",
+            "--env.max_tokens_per_turn", "64"]  # fmt: skip
+    groups = process_groups(SCRIPT, args, respond, tiny_model_dir, tmp_path, "gym_taxi")
     assert len(groups) == 2
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     for group in groups:

@@ -15,8 +15,9 @@ from environments.game_environments.textworld_env import (
     TextWorldEnvConfig,
     clean_feedback,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, read_jsonl, run_env
+from tests.fixtures.cli_runs import ENVIRONMENTS
 from tests.fixtures.multi_turn_runs import episode_responder, take_action
+from tests.fixtures.single_turn_runs import process_groups
 
 SCRIPT = ENVIRONMENTS / "game_environments" / "textworld_env.py"
 
@@ -116,26 +117,9 @@ async def test_episodes_end_early_when_won_and_train_only_the_commands(tiny_mode
 
 def test_process_writes_groups(tmp_path, tiny_model_dir, games_dir):
     respond = episode_responder([["Let me think about it."], [take_action("look", "command")]])
-    with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
-        result = run_env(
-            SCRIPT,
-            [
-                "process",
-                "--env.tokenizer_name", tiny_model_dir,
-                "--openai.base_url", server.base_url,
-                "--openai.model_name", "scripted-model",
-                "--env.use_wandb", "false",
-                "--env.group_size", "4",
-                "--env.total_steps", "1",
-                "--env.seed", "1",
-                "--env.max_turns", "2",
-                "--env.max_tokens_per_turn", "64",
-                "--env.games_dir", games_dir,
-            ],
-            cwd=tmp_path,
-        )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    groups = read_jsonl(tmp_path / "data" / "textworld.jsonl")
+    args = ["process", "--env.group_size", "4", "--env.total_steps", "1", "--env.seed", "1",
+            "--env.max_turns", "2", "--env.max_tokens_per_turn", "64", "--env.games_dir", games_dir]  # fmt: skip
+    groups = process_groups(SCRIPT, args, respond, tiny_model_dir, tmp_path, "textworld")
     assert len(groups) == 1
     assert sorted(groups[0]["scores"]) == [-1.0, -1.0, 0.0, 0.0]
     assert all("Commands you can use now" in m[1]["content"] for m in groups[0]["messages"])

@@ -9,7 +9,6 @@ import pytest
 from transformers import AutoTokenizer
 
 from atroposlib.envs.base import APIServerConfig
-from atroposlib.envs.cli import run_cli
 from atroposlib.envs.tools import CalculatorTool, ToolRegistry
 from atroposlib.group import check_group
 from atroposlib.sandbox import SandboxError
@@ -23,6 +22,7 @@ from environments.tool_use_multiturn_server import (
 )
 from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
 from tests.fixtures.multi_turn_runs import episode_responder, tool_call
+from tests.fixtures.single_turn_runs import evaluate_metrics
 
 SAMPLE = FIXTURES / "tool_use_sample.jsonl"
 ITEM = ToolUseItem("A box holds 12 pencils. How many pencils are in 17 boxes?", "204")
@@ -268,7 +268,7 @@ def test_process_writes_token_exact_groups(tmp_path, tiny_model_dir):
                 assert '"content": "computing\\n"' in messages[3]["content"] and messages[3]["role"] == "tool"
 
 
-def test_evaluate_reports_accuracy_and_tool_use(tmp_path, tiny_model_dir):
+def test_evaluate_reports_accuracy_and_tool_use(tmp_path, tiny_model_dir, capsys):
     golds = {row["question"]: gold_answer(row["answer"]) for row in read_jsonl(SAMPLE)}
 
     def respond(prompt, index):
@@ -278,25 +278,10 @@ def test_evaluate_reports_accuracy_and_tool_use(tmp_path, tiny_model_dir):
             return tool_call("calculator", expression="2 + 2")
         return f"\\boxed{{{golds[question]}}}"
 
-    evals = tmp_path / "evals"
-    with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
-        with pytest.raises(SystemExit) as exited:
-            run_cli(
-                MultiTurnToolCallingEnv,
-                [
-                    "evaluate",
-                    "--env.dataset_path", str(SAMPLE),
-                    "--env.tokenizer_name", str(tiny_model_dir),
-                    "--env.use_wandb", "false",
-                    "--env.tools", '["calculator"]',
-                    "--env.max_tokens_per_turn", "256",
-                    "--env.data_dir_to_save_evals", str(evals),
-                    "--openai.base_url", server.base_url,
-                    "--openai.model_name", "scripted-model",
-                ],
-            )  # fmt: skip
-    assert exited.value.code == 0
-    metrics = json.loads((evals / "metrics.json").read_text())["results"]["all"]
+    args = ["--env.dataset_path", SAMPLE, "--env.tools", '["calculator"]', "--env.max_tokens_per_turn", "256"]
+    metrics, samples, _ = evaluate_metrics(
+        MultiTurnToolCallingEnv, args, respond, tiny_model_dir, tmp_path, capsys
+    )
     assert metrics["eval/percent_correct"] == 1.0 and metrics["eval/tool_calls"] == 1.0
     assert metrics["eval/mean_turns"] == 2.0 and metrics["eval/tool_errors"] == 0.0
-    assert len(read_jsonl(evals / "samples.jsonl")) == 6
+    assert len(samples) == 6
