@@ -22,7 +22,6 @@ import asyncio
 import logging
 import random
 import re
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Optional
@@ -342,10 +341,7 @@ class ArithmeticEnv(IterCheckpoint, EvalReporting, BaseEnv):
         }
 
     async def evaluate(self, *args, **kwargs) -> None:
-        start = time.time()
-        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))
-        samples = await asyncio.gather(*(self._answer_eval(p, sem) for p in self.task.eval_problems))
-        end = time.time()
+        samples, start, end = await self.run_evaluation(self._answer_eval, self.task.eval_problems)
         accuracy = sum(s["score"] for s in samples) / len(samples) if samples else 0.0
         await self.report_evaluation(
             {"eval/percent_correct": accuracy},

@@ -30,7 +30,6 @@ import io
 import logging
 import random
 import re
-import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -325,10 +324,7 @@ class MultimodalCountingEnv(IterCheckpoint, EvalReporting, BaseEnv):
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         items = [make_item(self.config.eval_seed + k, self.config) for k in range(self.config.eval_size)]
-        start = time.time()
-        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))
-        samples = await asyncio.gather(*(self._eval_one(item, sem) for item in items))
-        end = time.time()
+        samples, start, end = await self.run_evaluation(self._eval_one, items)
         accuracy = sum(s["score"] for s in samples) / len(samples)
         metrics = {"eval/percent_correct": accuracy}
         await self.report_evaluation(

@@ -37,7 +37,6 @@ import itertools
 import logging
 import random
 import re
-import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -414,10 +413,7 @@ class RLAIFEnv(IterCheckpoint, EvalReporting, BaseEnv):
         if not items:
             logger.warning("rlaif: no evaluation conversation has a reference reply; nothing evaluated")
             return
-        start = time.time()
-        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))
-        samples = await asyncio.gather(*(self._eval_one(item, sem) for item in items))
-        end = time.time()
+        samples, start, end = await self.run_evaluation(self._eval_one, items)
         total = sum(s["judgements"] for s in samples)
         metrics = {
             "eval/win_rate": sum(s["win_rate"] for s in samples) / len(samples),

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any, Optional, Protocol
@@ -207,11 +206,8 @@ class MultiTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
         if not items:
             logger.warning("%s: no evaluation items; nothing evaluated", self.name)
             return
-        start = time.time()
-        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))
-        results = await asyncio.gather(*(self._eval_one(item, sem) for item in items))
+        results, start, end = await self.run_evaluation(self._eval_one, items)
         samples = [r for r in results if r is not None]
-        end = time.time()
         if not samples:
             logger.warning("%s: no evaluation episode could be played", self.name)
             return

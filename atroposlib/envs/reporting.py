@@ -15,10 +15,14 @@ OpenAI-compatible server on ``localhost``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Optional, TypeVar
 
 from atroposlib.envs.base import APIServerConfig
+
+T = TypeVar("T")
 
 
 def local_server_config(model_name: str, port: int, **settings: Any) -> APIServerConfig:
@@ -70,6 +74,16 @@ class EvalReporting:
         items = list(self.eval_items())  # type: ignore[attr-defined]
         limit = getattr(self.config, "eval_limit", None)  # type: ignore[attr-defined]
         return items if limit is None else items[:limit]
+
+    async def run_evaluation(
+        self, answer: Callable[[Any, asyncio.Semaphore], Awaitable[T]], items: Iterable[Any]
+    ) -> tuple[list[T], float, float]:
+        """``answer(item, sem)`` for every item concurrently, at most ``config.max_eval_workers`` (at least
+        one) at a time through ``sem``: ``(results in item order, start time, end time)`` (``time.time()``)."""
+        start = time.time()
+        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))  # type: ignore[attr-defined]
+        results = await asyncio.gather(*(answer(item, sem) for item in items))
+        return list(results), start, time.time()
 
     async def report_evaluation(
         self,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -234,10 +233,7 @@ class SingleTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
         if not items:
             logger.warning("%s: no evaluation items; nothing evaluated", self.name)
             return
-        start = time.time()
-        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))
-        samples = await asyncio.gather(*(self._eval_one(item, sem) for item in items))
-        end = time.time()
+        samples, start, end = await self.run_evaluation(self._eval_one, items)
         metrics = self.evaluation_metrics(samples)
         await self.report_evaluation(
             metrics,

@@ -11,11 +11,12 @@ from environments.instruction_following_algorithm_environment import (
     InstructionFollowingEnv,
     evaluation_metrics,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
+from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.fixtures.single_turn_runs import (
     check_group,
     evaluate_metrics,
     offline_env,
+    process_failure,
     process_groups,
     prompt_text,
     write_jsonl,
@@ -236,22 +237,9 @@ async def test_an_empty_file_is_an_error(tokenizer_dir, tmp_path):
 def test_process_reports_an_unknown_instruction_in_one_line(tmp_path, tokenizer_dir):
     row = {"key": 7, "prompt": "Hi", "instruction_id_list": ["keywords:rhyme"], "kwargs": [{}]}
     path = write_jsonl(tmp_path / "bad.jsonl", [row])
-    result = run_env(
-        SCRIPT,
-        [
-            "process",
-            "--env.dataset_path",
-            path,
-            "--env.tokenizer_name",
-            tokenizer_dir,
-            "--env.use_wandb",
-            "false",
-        ],
-        cwd=tmp_path,
-        timeout=120,
+    assert f"{path}: row 0: unknown instruction id 'keywords:rhyme'" in process_failure(
+        SCRIPT, path, tokenizer_dir, tmp_path
     )
-    assert result.returncode != 0
-    assert f"{path}: row 0: unknown instruction id 'keywords:rhyme'" in result.stderr
 
 
 # -- scoring ----------------------------------------------------------------------------------------------

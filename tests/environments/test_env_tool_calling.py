@@ -15,11 +15,12 @@ from environments.tool_calling_server import (
     evaluation_metrics,
     row_to_item,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
+from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.fixtures.single_turn_runs import (
     check_group,
     evaluate_metrics,
     offline_env,
+    process_failure,
     process_groups,
     serve_first_group,
     write_jsonl,
@@ -152,22 +153,9 @@ async def test_empty_sets_and_unusable_answers_are_errors(tokenizer_dir, tmp_pat
 
 def test_process_reports_a_bad_file_in_one_line(tmp_path, tokenizer_dir):
     path = write_jsonl(tmp_path / "bad.jsonl", [{"conversations": [{"from": "human", "value": "hi"}]}])
-    result = run_env(
-        ENVIRONMENTS / "tool_calling_server.py",
-        [
-            "process",
-            "--env.dataset_path",
-            path,
-            "--env.tokenizer_name",
-            tokenizer_dir,
-            "--env.use_wandb",
-            "false",
-        ],
-        cwd=tmp_path,
-        timeout=120,
+    assert f"{path}: row 0: no 'gpt' turn in 'conversations'" in process_failure(
+        ENVIRONMENTS / "tool_calling_server.py", path, tokenizer_dir, tmp_path
     )
-    assert result.returncode != 0
-    assert f"{path}: row 0: no 'gpt' turn in 'conversations'" in result.stderr
 
 
 # -- scoring ----------------------------------------------------------------------------------------------
