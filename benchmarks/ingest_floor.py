@@ -9,7 +9,7 @@ run and with the same client and bodies as ``api_throughput.py``:
 - the same through a bare httptools protocol on uvloop, with no ASGI: what uvicorn's request
   cycle adds to ``http``, the most a server that bypassed it could save;
 - ``decode``: inflating, checking and encoding for storage one body in this process, as the server does
-  it (:func:`atroposlib.api.decode_pool.decode_body`), the work no server may skip (the answer must
+  it (:func:`atroposlib.api.limits.inflate_gzip` and :func:`atroposlib.api.decode.decode_group`), the work no server may skip (the answer must
   say whether the group was acceptable);
 - ``commit``: queueing one decoded group in the default durable store, in this process;
 - this server and atroposlib 0.4.0 at concurrency 1.
@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import api_throughput as bench  # noqa: E402
 
-from atroposlib.api.decode_pool import decode_body  # noqa: E402
+from atroposlib.api.decode import decode_group  # noqa: E402
+from atroposlib.api.limits import inflate_gzip  # noqa: E402
 from atroposlib.api.schemas import Registration  # noqa: E402
 from atroposlib.api.state import TrajectoryState  # noqa: E402
 from atroposlib.api.store import SqliteStore  # noqa: E402
@@ -102,15 +103,15 @@ def decode_seconds(payloads: list[bytes], repeats: int) -> float:
     for _ in range(5):
         started = time.perf_counter()
         for i in range(repeats):
-            decoded = decode_body("one", payloads[i % len(payloads)], True, 1 << 30)
+            decoded = decode_group(inflate_gzip(payloads[i % len(payloads)], 1 << 30))
         samples.append((time.perf_counter() - started) / repeats)
-        assert decoded.groups is not None
+        assert not decoded.problems
     return statistics.median(samples)
 
 
 def commit_seconds(payloads: list[bytes], repeats: int, data_dir: Path) -> float:
     """Median seconds to queue one decoded group durably (the default SQLite store, in this process)."""
-    groups = [decode_body("one", body, True, 1 << 30).groups for body in payloads]
+    groups = [[decode_group(inflate_gzip(body, 1 << 30))] for body in payloads]
     registration = Registration(
         wandb_group="floor",
         wandb_project="floor",

@@ -79,12 +79,6 @@ class ApiConfig(BaseModel):
     inspect_history: int = Field(
         256, ge=0, description="Recently received groups kept for GET /inspect/recent."
     )
-    decode_workers: int | None = Field(
-        None,
-        ge=0,
-        description="Worker processes that inflate and decode large ingest bodies, so ingest uses more "
-        "than one core. 0: decode in the server process. Default: one per core beyond the first, at most 4.",
-    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     log_format: Literal["text", "json"] = Field(
         "text", description="'text': key=value lines; 'json': one JSON object per line."

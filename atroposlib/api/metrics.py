@@ -7,16 +7,13 @@ the rejection counter are observed by the routes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from atroposlib.api.decode_pool import DecodePool
 from atroposlib.api.state import TrajectoryState
-from atroposlib.api.stored_group import is_packed
-from atroposlib.api.validation import Group
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -94,24 +91,6 @@ class _StateCollector(Collector):
         yield env_score
 
 
-class _DecodePoolCollector(Collector):
-    def __init__(self, pool: DecodePool):
-        self._pool = pool
-
-    def collect(self):
-        decoded = CounterMetricFamily(
-            "atropos_ingest_bodies_decoded",
-            "Ingest bodies decoded, by where: a decode worker process or the server process.",
-            labels=["where"],
-        )
-        decoded.add_metric(["worker"], self._pool.offloaded)
-        decoded.add_metric(["server"], self._pool.inline)
-        yield decoded
-        yield GaugeMetricFamily(
-            "atropos_decode_workers_ready", "Decode worker processes ready.", value=self._pool.ready_workers
-        )
-
-
 class ApiMetrics:
     """The metrics registry of one app."""
 
@@ -136,28 +115,6 @@ class ApiMetrics:
             labelnames=["reason"],
             registry=self.registry,
         )
-
-        decoded = Counter(
-            "atropos_ingest_groups_decoded",
-            "Accepted groups by decoder: simdjson (the fast path) or exact (msgspec or pydantic, for "
-            "bodies the fast path declines, such as lax types or escaped brackets).",
-            labelnames=["decoder"],
-            registry=self.registry,
-        )
-        self._decoded_fast = decoded.labels(decoder="simdjson")
-        self._decoded_exact = decoded.labels(decoder="exact")
-
-    def count_decoded(self, groups: Sequence[Group]) -> None:
-        """Count accepted groups by the decoder that took them (told by their stored form)."""
-        fast = sum(1 for group in groups if is_packed(group.data))
-        if fast:
-            self._decoded_fast.inc(fast)
-        if len(groups) > fast:
-            self._decoded_exact.inc(len(groups) - fast)
-
-    def watch_decode_pool(self, pool: DecodePool) -> None:
-        """Export where ingest bodies are decoded and how many decode workers are ready."""
-        self.registry.register(_DecodePoolCollector(pool))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,52 +1,31 @@
 """Request bodies of the trajectory API (pydantic v2).
 
-Field names, types and optionality are those of atroposlib 0.4.0: unknown fields are ignored and
-dropped, ints are coerced in pydantic's lax mode (``1.0`` is accepted, ``1.5`` is not). Beyond the
-original, sizes must be positive and floats finite; cross-field checks of a scored group live in
-:mod:`atroposlib.api.validation`.
+Unknown fields are ignored and dropped; ints are coerced in pydantic's lax mode (``1.0`` is
+accepted, ``1.5`` is not), floats must be finite. The scored-group model is built from the field
+table of :mod:`atroposlib.group`; the group's content rules are applied by
+:func:`atroposlib.group.check_group`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-#: The keys of a stored group, in the order ``/batch`` and ``/latest_example`` return them.
-GROUP_FIELDS: tuple[str, ...] = (
-    "tokens",
-    "masks",
-    "scores",
-    "advantages",
-    "ref_logprobs",
-    "messages",
-    "generation_params",
-    "inference_logprobs",
-    "overrides",
-    "group_overrides",
-    "images",
-    "env_id",
-    "distill_token_ids",
-    "distill_logprobs",
-)
-
-#: Free-form fields: any JSON is stored as sent.
-FREE_FORM_FIELDS: tuple[str, ...] = (
-    "messages",
-    "generation_params",
-    "overrides",
-    "group_overrides",
-    "images",
-)
+from atroposlib.group import FIELD_NAMES, FIELDS
 
 MESSAGE_FIELDS_ERROR = "Message must have 'role' and 'content' fields"
 
 
 class Registration(BaseModel):
-    """``POST /register``: the trainer's run configuration. Every field is required."""
+    """``POST /register``: the trainer's run configuration.
 
-    wandb_group: str
-    wandb_project: str
+    Every field is required but the W&B names, which may be null or missing (third-party trainers
+    such as Axolotl's plugin send ``wandb_project: null`` by default).
+    """
+
+    wandb_group: str | None = None
+    wandb_project: str | None = None
     batch_size: int = Field(ge=1, description="Sequences per batch.")
     max_token_len: int = Field(ge=1, description="Longest sequence (tokens) the trainer accepts.")
     checkpoint_dir: str
@@ -81,31 +60,14 @@ class BatchAck(BaseModel):
     batch_id: int
 
 
-class ScoredData(BaseModel):
-    """One scored group: ``N`` sequences of one prompt (``POST /scored_data``)."""
-
+class _ScoredDataBase(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
-    tokens: list[list[int]]
-    masks: list[list[int]]
-    scores: list[float]
-    advantages: list[list[float]] | None = None
-    ref_logprobs: list[list[float]] | None = None
-    messages: list[list[dict[str, Any]]] | None = None
-    generation_params: dict[str, Any] | None = None
-    inference_logprobs: list[list[float]] | None = None
-    overrides: list[dict] | None = None
-    group_overrides: dict | None = None
-    images: Any | None = None
-    env_id: int | None = None
-    distill_token_ids: list[list[list[int]]] | None = None
-    distill_logprobs: list[list[list[float]]] | None = None
-
-    @field_validator("messages", mode="before")
+    @field_validator("messages", mode="before", check_fields=False)
     @classmethod
     def _messages_have_role_and_content(cls, value: Any) -> Any:
-        # Runs before type coercion, like the original: every message of every inner list needs
-        # both keys (membership test, so strings are searched as substrings).
+        # compat: checked before type coercion, as the original did: every message of every inner
+        # list needs both keys (a membership test, so a string is searched as a substring).
         if value is None:
             return None
         try:
@@ -114,11 +76,18 @@ class ScoredData(BaseModel):
                     if "role" not in message or "content" not in message:
                         raise ValueError(MESSAGE_FIELDS_ERROR)
         except TypeError:
-            # Not iterable / not a container: the original crashed with a 500 here.
             raise ValueError(MESSAGE_FIELDS_ERROR) from None
         return value
 
     def to_group(self) -> dict[str, Any]:
-        """The stored 14-key group dict (missing optionals are ``None``)."""
+        """The stored group dict: every field of the table, in order (missing optionals ``None``)."""
         data = self.__dict__
-        return {key: data[key] for key in GROUP_FIELDS}
+        return {name: data[name] for name in FIELD_NAMES}
+
+
+ScoredData = create_model(
+    "ScoredData",
+    __base__=_ScoredDataBase,
+    __doc__="One scored group: ``N`` sequences of one prompt (``POST /scored_data``).",
+    **{f.name: (f.wire_type, ...) if f.required else (f.wire_type | None, None) for f in FIELDS},
+)

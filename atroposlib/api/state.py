@@ -27,12 +27,29 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 from typing import Any
 
 import orjson
 
+from atroposlib.api.admission import AdmissionRules
+from atroposlib.api.backlog import env_status
+from atroposlib.api.decode import Group
+from atroposlib.api.errors import InvalidRequest, error
 from atroposlib.api.packing import drain_batches, minimum_allocations, subset_summing_to
+from atroposlib.api.records import (
+    EMPTY_LATEST_EXAMPLE,
+    NOT_REGISTERED_MESSAGE,
+    Counters,
+    EnvRecord,
+    EnvStats,
+    NotRegistered,
+    QueueFull,
+    RunMeta,
+    ServedBatch,
+    UnknownBatch,
+    UnknownEnv,
+)
 from atroposlib.api.schemas import RegisterEnv, Registration
 from atroposlib.api.store import (
     BATCH_PENDING,
@@ -46,111 +63,6 @@ from atroposlib.api.store import (
     Store,
     Transaction,
 )
-from atroposlib.api.stored_group import group_json
-from atroposlib.api.validation import AdmissionRules, Group, InvalidRequest, error
-
-#: Smallest inference weight ``/status-env`` reports, so no env is starved completely.
-MIN_ENV_WEIGHT = 0.01
-NOT_REGISTERED_MESSAGE = "Trainer not registered. Call /register first."
-#: ``/latest_example`` before any group entered the queue.
-EMPTY_LATEST_EXAMPLE = {
-    "tokens": [],
-    "masks": [],
-    "scores": [],
-    "advantages": [],
-    "ref_logprobs": [],
-    "generation_params": [],
-    "inference_logprobs": [],
-    "messages": [],
-    "images": [],
-}
-
-
-class NotRegistered(Exception):
-    """The trainer has not registered (or the state was reset since)."""
-
-
-class UnknownEnv(Exception):
-    """No environment with this id is registered."""
-
-
-class UnknownBatch(Exception):
-    """No served, unacknowledged batch has this id."""
-
-
-class QueueFull(Exception):
-    """Accepting the groups would exceed the queue limit; the client should retry later."""
-
-
-@dataclass
-class EnvRecord:
-    """A registered environment (field names as in the original's env records)."""
-
-    registered_id: int
-    max_context_len: int
-    weight: float
-    desired_name: str
-    real_name: str
-    last_update: float
-    connected: bool
-    min_batch_allocation: float | None
-    group_size: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class RunMeta:
-    """Scalar state: the trainer's registration, the step counter and the started flag."""
-
-    registered: bool = False
-    wandb_group: str | None = None
-    wandb_project: str | None = None
-    batch_size: int = -1
-    max_token_len: int = -1
-    checkpoint_dir: str | None = None
-    save_checkpoint_interval: int | None = None
-    num_steps: int = -1
-    step: int = 0
-    started: bool = False
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunMeta:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-@dataclass
-class EnvStats:
-    """Per-env ingest counters since the process started (for ``/metrics``)."""
-
-    groups: int = 0
-    sequences: int = 0
-    score_sum: float = 0.0
-    score_count: int = 0
-
-
-@dataclass
-class Counters:
-    """Process-lifetime counters for ``/metrics``."""
-
-    groups_received: int = 0
-    sequences_received: int = 0
-    batches_formed: int = 0
-    batches_served: int = 0
-    sequences_served: int = 0
-    per_env: dict[int | None, EnvStats] = field(default_factory=dict)
-
-
-@dataclass
-class ServedBatch:
-    """A batch handed to the trainer: the full ``/batch`` response body and its size."""
-
-    batch_id: int
-    body: bytes
-    groups: int
-    sequences: int
 
 
 class TrajectoryState:
@@ -444,7 +356,7 @@ class TrajectoryState:
                 return None
             serve_gids = formed[-1]
         # Read before the transaction: serving may discard the oldest unacknowledged batch.
-        blobs = [group_json(blob) for blob in self.store.read_groups(serve_gids)]
+        blobs = self.store.read_groups(serve_gids)
         sequences = sum(self.groups[g].size for g in serve_gids)
         with self._transaction() as tx:
             meta.started = True
@@ -614,106 +526,39 @@ class TrajectoryState:
         if self.latest_gid is not None:
             data = self.store.read_group(self.latest_gid)
             if data is not None:
-                return group_json(data)
+                return data
         if self.latest_blob is not None:
-            return group_json(self.latest_blob)
+            return self.latest_blob
         return orjson.dumps(EMPTY_LATEST_EXAMPLE)
 
-    def status_env(self, env_id: int) -> dict[str, Any]:
-        """``GET /status-env``: backlog and inference weight as seen by one env.
+    def env(self, env_id: int | None) -> EnvRecord | None:
+        """The registered env with this id, or ``None``."""
+        if env_id is None or not 0 <= env_id < len(self.envs):
+            return None
+        return self.envs[env_id]
 
-        Raises :class:`NotRegistered` or :class:`UnknownEnv`. A total weight of zero (no connected
-        env with a positive weight) gives the minimum weight instead of a division by zero.
+    def status_env(self, env_id: int) -> dict[str, Any]:
+        """``GET /status-env`` for one env (:func:`atroposlib.api.backlog.env_status`).
+
+        Raises :class:`NotRegistered` or :class:`UnknownEnv`. The env's group size grows to the
+        largest group it has queued, and is stored.
         """
         if not self.meta.registered:
             raise NotRegistered(NOT_REGISTERED_MESSAGE)
         if env_id < 0 or env_id >= len(self.envs):
             raise UnknownEnv(f"unknown env_id {env_id}: {len(self.envs)} environment(s) are registered")
+        status, group_size = env_status(
+            env_id, self.envs, ((r.env_id, r.size) for r in self.queue), self.meta.batch_size, self.meta.step
+        )
         env = self.envs[env_id]
-        connected = [e for e in self.envs if e.connected]
-        total = sum(e.max_context_len * max(0.0, e.weight) for e in connected)
-        share = env.max_context_len * env.weight / total if total > 0 else 0.0
-        min_total = sum(e.min_batch_allocation for e in connected if e.min_batch_allocation is not None)
-        max_group = 1
-        own_sequences = 0
-        group_size = env.group_size
-        others: dict[int | None, int] = {}
-        for row in self.queue:
-            if row.size > max_group:
-                max_group = row.size
-            if row.env_id == env_id:
-                group_size = max(group_size, row.size)
-                own_sequences += row.size
-            else:
-                others[row.env_id] = others.get(row.env_id, 0) + row.size
         if group_size != env.group_size:
             with self._transaction() as tx:
                 env.group_size = group_size
                 tx.put_env(env_id, env.to_dict())
-        reserved = {
-            e.registered_id: int(self.meta.batch_size * e.min_batch_allocation)
-            for e in connected
-            if e.min_batch_allocation is not None
-        }
-        available = 0
-        if max_group > 1:
-            for other_env, sequences in others.items():
-                packed = math.ceil(sequences / max_group) * max_group
-                available += max(0, packed - reserved.get(other_env, 0))
-        return {
-            "current_step": self.meta.step,
-            "queue_size": (own_sequences + available) // group_size,
-            "unallocated_fraction": 1.0 - min(min_total, 1.0),
-            "self_queue_size": own_sequences // group_size,
-            "max_group_size": max_group,
-            "env_weight": max(MIN_ENV_WEIGHT, share),
-        }
-
-    def recent_groups(self, limit: int, env_id: int | None = None) -> bytes:
-        """``GET /inspect/recent`` body: the newest received groups, newest first (read-only)."""
-        low = self.next_gid - 1 - self.inspect_history
-        picked: list[GroupRow] = []
-        gid = self.next_gid - 1
-        while gid > low and gid > 0 and len(picked) < limit:
-            row = self.groups.get(gid)
-            if row is not None and (env_id is None or row.env_id == env_id):
-                picked.append(row)
-            gid -= 1
-        blobs = [group_json(blob) for blob in self.store.read_groups([r.gid for r in picked])]
-        entries = []
-        for row, blob in zip(picked, blobs, strict=True):
-            env = (
-                self.envs[row.env_id] if row.env_id is not None and 0 <= row.env_id < len(self.envs) else None
-            )
-            entries.append(
-                {
-                    "seq": row.gid,
-                    "env_id": row.env_id,
-                    "env_name": env.real_name if env else None,
-                    "received_step": row.received_step,
-                    "received_at": row.received_at,
-                    "group": orjson.Fragment(blob),
-                }
-            )
-        return orjson.dumps({"groups": entries, "current_step": self.meta.step})
-
-    def env_records(self) -> list[dict[str, Any]]:
-        """``GET /inspect/envs`` entries."""
-        return [
-            {
-                "env_id": e.registered_id,
-                "real_name": e.real_name,
-                "desired_name": e.desired_name,
-                "group_size": e.group_size,
-                "max_context_len": e.max_context_len,
-                "weight": e.weight,
-                "connected": e.connected,
-                "min_batch_allocation": e.min_batch_allocation,
-            }
-            for e in self.envs
-        ]
+        return status
 
     def health(self) -> dict[str, Any]:
+        """``GET /health``: counts of what the state holds."""
         return {
             "status": "ok",
             "store": self.store.kind,

@@ -59,13 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect_history",
     ):
         add("--" + name.replace("_", "-"), dest=name, type=int, default=sup, help=doc(name))
-    add(
-        "--decode-workers",
-        dest="decode_workers",
-        type=int,
-        default=sup,
-        help=fields["decode_workers"].description,
-    )
     add("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"], default=sup,
         help=doc("log_level"))  # fmt: skip
     add("--log-format", dest="log_format", choices=["text", "json"], default=sup, help=doc("log_format"))

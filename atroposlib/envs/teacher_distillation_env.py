@@ -133,6 +133,15 @@ class TeacherDistillationEnv(BaseEnv, ABC):
                 f"{self.config.tokenizer_name!r}; token-level distillation needs identical vocabularies"
             )
 
+    async def _close_inference_clients(self) -> None:
+        """Close the teacher servers' connections too (after ``serve``, ``process`` and ``evaluate``)."""
+        await super()._close_inference_clients()
+        if self.teacher_server is not None:
+            try:
+                await self.teacher_server.close()
+            except Exception as exc:
+                logger.debug("closing the teacher servers failed: %s", exc)
+
     def _teacher_top_k(self, group: dict[str, Any]) -> Optional[int]:
         overrides = group.get("group_overrides") or {}
         if overrides.get("skip_teacher_top_k"):

@@ -56,7 +56,7 @@ def stop(proc):
         (["--no-such-flag"], "unrecognized arguments"),
         (["--store", "disk"], "invalid choice"),
         (["--max-body-bytes", "0"], "max-body-bytes"),
-        (["--decode-workers", "-1"], "invalid decode-workers"),
+        (["--max-queue-sequences", "-1"], "invalid max-queue-sequences"),
         (["--port", "70000"], "port"),
         (["--host", "0.0.0.0"], "without an API key"),
         (["--host", "::"], "without an API key"),

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import orjson
 import requests
 
 from atroposlib.testing.api_process import free_port, launch_api
@@ -213,3 +216,27 @@ def test_second_server_on_the_same_data_dir_refuses(tmp_path):
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "in use by another run-api" in lines[0]
+
+
+def test_concurrent_gzipped_ingest_loses_and_duplicates_nothing(tmp_path):
+    """Eight clients post full-size gzipped groups at once; every group is served exactly once."""
+    with launch_api(data_dir=tmp_path / "d") as api:
+        register(api.url, batch_size=16)
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        bodies = [gzip.compress(orjson.dumps(group(8, 512, start=1000 + i))) for i in range(64)]
+
+        def send(body: bytes) -> dict:
+            with requests.Session() as session:
+                return session.post(
+                    f"{api.url}/scored_data", data=body, headers=headers, timeout=TIMEOUT
+                ).json()
+
+        with ThreadPoolExecutor(8) as threads:
+            assert list(threads.map(send, bodies)) == [{"status": "received"}] * len(bodies)
+        bad = gzip.compress(orjson.dumps({**group(8, 512, start=1), "masks": [[0] * 511] * 8}))
+        answer = requests.post(f"{api.url}/scored_data", data=bad, headers=headers, timeout=TIMEOUT)
+        assert answer.status_code == 422 and answer.json()["detail"][0]["type"] == "length_mismatch"
+        answer = requests.post(f"{api.url}/scored_data", data=bad[:-30], headers=headers, timeout=TIMEOUT)
+        assert answer.status_code == 400 and answer.text == "Invalid gzip payload"
+        served = [first for batch in drain(api.url) for first in marker(batch["batch"])]
+        assert sorted(served) == list(range(1000, 1064))

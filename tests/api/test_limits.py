@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from atroposlib.api.limits import BodyTooLarge, InvalidGzip, inflate_gzip, is_json_content_type
-from atroposlib.api.schemas import GROUP_FIELDS
+from atroposlib.group import FIELD_NAMES
 from atroposlib.testing.api_process import launch_api
 from tests.api.helpers import TIMEOUT, env_registration, get, group, post_group, register, registration
 
@@ -212,7 +212,7 @@ def _hostile_values(rng: random.Random):
 
 
 def _fuzz_requests(rng: random.Random, base: str):
-    fields = list(GROUP_FIELDS)
+    fields = list(FIELD_NAMES)
     values = _hostile_values(rng)
     for _ in range(150):
         body = group(rng.choice([1, 2, 4]), rng.randint(1, 4))

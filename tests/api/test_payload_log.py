@@ -9,14 +9,17 @@ import threading
 
 import orjson
 import pytest
+from fastapi.testclient import TestClient
 
-from atroposlib.api.fastpath import error_outcome
-from atroposlib.api.metrics import ApiMetrics
-from atroposlib.api.payload_log import PayloadError, PayloadLog
+from atroposlib.api.config import ApiConfig
+from atroposlib.api.server import create_app
 from atroposlib.api.state import TrajectoryState
 from atroposlib.api.store import DB_FILENAME, PAYLOAD_DIRNAME, SCHEMA_VERSION, SqliteStore
-from atroposlib.api.stored_group import group_json
+from atroposlib.api.store.payload_log import PayloadError, PayloadLog
+from tests.api.helpers import registration
 from tests.api.test_state import grp, put, reg, served_markers
+
+REGISTRATION = registration()
 
 
 def test_append_read_and_crc(tmp_path):
@@ -103,22 +106,36 @@ def test_restart_drops_groups_whose_data_never_reached_the_disk(tmp_path):
     reopened.store.close()
 
 
-def test_damaged_payload_is_a_503_not_a_crash(tmp_path):
+def test_damaged_payload_fails_its_batch_with_503_and_changes_nothing(tmp_path):
     store = SqliteStore(tmp_path)
     state = TrajectoryState(store)
     state.register(reg(batch_size=2))
     put(state, grp(2, 10))
     segment = next((tmp_path / PAYLOAD_DIRNAME).iterdir())
     segment.write_bytes(b"#" * segment.stat().st_size)
-    with pytest.raises(PayloadError) as caught:
+    with pytest.raises(PayloadError):
         state.next_batch()
-    outcome = error_outcome(caught.value, ApiMetrics(lambda: state), retry_after=3)
-    assert outcome.status == 503 and b"damaged" in outcome.body
+    assert len(state.queue) == 1 and not state.stack and not state.unacked
     store.close()
 
 
+def test_damaged_payload_is_answered_503_over_http(tmp_path):
+    config = ApiConfig(store="sqlite", data_dir=tmp_path, retry_after_seconds=3)
+    with TestClient(create_app(config)) as client:
+        client.post("/register", json=REGISTRATION | {"batch_size": 2})
+        body = {"tokens": [[1, 2], [3, 4]], "masks": [[1, 2], [3, 4]], "scores": [1.0, 0.0]}
+        assert client.post("/scored_data", json=body).json() == {"status": "received"}
+        segment = next((tmp_path / PAYLOAD_DIRNAME).iterdir())
+        segment.write_bytes(b"#" * segment.stat().st_size)
+        answer = client.get("/batch")
+        assert answer.status_code == 503 and "damaged" in answer.json()["detail"]
+        assert answer.headers["Retry-After"] == "3"
+        assert client.get("/health").json()["queue_groups"] == 1
+        assert 'reason="storage_error"' in client.get("/metrics").text
+
+
 def test_schema_1_data_dir_is_migrated(tmp_path):
-    group = orjson.loads(group_json(grp(2, 70).data))
+    group = orjson.loads(grp(2, 70).data)
     conn = sqlite3.connect(tmp_path / DB_FILENAME, isolation_level=None)
     conn.executescript(
         """
@@ -158,7 +175,7 @@ def test_full_synchronous_refuses_a_commit_it_cannot_flush(tmp_path, monkeypatch
     def broken_flush(fd):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr("atroposlib.api.payload_log.os.fdatasync", broken_flush)
+    monkeypatch.setattr("atroposlib.api.store.payload_log.os.fdatasync", broken_flush)
     with pytest.raises(PayloadError, match="cannot flush"):
         put(state, grp(2, 20))
     monkeypatch.undo()
@@ -182,7 +199,7 @@ def flushed_paths(monkeypatch, fail: set[str] = frozenset()) -> list[str]:
         flushed.append(name)
         _REAL_FDATASYNC(fd)
 
-    monkeypatch.setattr("atroposlib.api.payload_log.os.fdatasync", record)
+    monkeypatch.setattr("atroposlib.api.store.payload_log.os.fdatasync", record)
     return flushed
 
 
@@ -212,7 +229,7 @@ def test_appends_go_on_while_another_thread_waits_for_the_disk(tmp_path, monkeyp
         entered.set()
         release.wait(30)
 
-    monkeypatch.setattr("atroposlib.api.payload_log.os.fdatasync", slow_flush)
+    monkeypatch.setattr("atroposlib.api.store.payload_log.os.fdatasync", slow_flush)
     syncer = threading.Thread(target=log.sync)
     syncer.start()
     extents = []
@@ -244,7 +261,7 @@ def test_a_flush_waits_for_one_in_progress_in_another_thread(tmp_path, monkeypat
             release.wait(30)
         _REAL_FDATASYNC(fd)
 
-    monkeypatch.setattr("atroposlib.api.payload_log.os.fdatasync", slow_first_flush)
+    monkeypatch.setattr("atroposlib.api.store.payload_log.os.fdatasync", slow_first_flush)
     checkpointer = threading.Thread(target=log.sync)
     checkpointer.start()
     committer = threading.Thread(target=log.sync)

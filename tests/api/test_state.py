@@ -5,17 +5,13 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from atroposlib.api.memory_store import MemoryStore
+from atroposlib.api.decode import decode_group
+from atroposlib.api.errors import InvalidRequest
+from atroposlib.api.inspection import env_records, recent_groups
+from atroposlib.api.records import NotRegistered, QueueFull, UnknownBatch, UnknownEnv
 from atroposlib.api.schemas import RegisterEnv, Registration
-from atroposlib.api.state import (
-    NotRegistered,
-    QueueFull,
-    TrajectoryState,
-    UnknownBatch,
-    UnknownEnv,
-)
-from atroposlib.api.store import SqliteStore, StoreError
-from atroposlib.api.validation import InvalidRequest, decode_group
+from atroposlib.api.state import TrajectoryState
+from atroposlib.api.store import MemoryStore, SqliteStore, StoreError
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -157,7 +153,7 @@ def test_inspection_window_and_latest_preservation(make_state):
     for i in range(5):
         put(state, grp(1, i))
         state.next_batch()
-    recent = orjson.loads(state.recent_groups(10))
+    recent = orjson.loads(recent_groups(state, 10))
     assert [g["seq"] for g in recent["groups"]] == [5, 4, 3]
     assert len(state.groups) == 3  # older retired groups were collected
     for i in range(5, 9):
@@ -165,7 +161,7 @@ def test_inspection_window_and_latest_preservation(make_state):
         state.next_batch()
     state.reset()
     assert orjson.loads(state.latest_example())["tokens"] == [[8]]
-    assert orjson.loads(state.recent_groups(10))["groups"] == []
+    assert orjson.loads(recent_groups(state, 10))["groups"] == []
 
 
 def test_reset_keeps_the_originals_survivors(make_state):
@@ -208,10 +204,10 @@ def test_sqlite_reload_rebuilds_everything(tmp_path):
     state.register_env(RegisterEnv(max_token_length=64, desired_name="e", weight=2.0, group_size=2))
     put(state, grp(1, 0, env_id=0), grp(2, 10), grp(2, 20), grp(2, 30))
     served = state.next_batch()
-    snapshot = (state.meta, state.health(), state.env_records(), state.latest_example())
+    snapshot = (state.meta, state.health(), env_records(state), state.latest_example())
     store.close()
     reopened = TrajectoryState(SqliteStore(tmp_path / "db"))
-    assert (reopened.meta, reopened.health(), reopened.env_records(), reopened.latest_example()) == snapshot
+    assert (reopened.meta, reopened.health(), env_records(reopened), reopened.latest_example()) == snapshot
     assert list(reopened.unacked) == [served.batch_id]
     assert reopened.next_gid == state.next_gid and reopened.next_bid == state.next_bid
     reopened.store.close()

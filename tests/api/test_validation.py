@@ -1,4 +1,4 @@
-"""Pure validation functions: decoding, content checks, admission checks, encoding."""
+"""Decoding, content checks, admission checks and the stored form of scored groups."""
 
 from __future__ import annotations
 
@@ -8,18 +8,11 @@ import random
 import orjson
 import pytest
 
-from atroposlib.api.schemas import GROUP_FIELDS, ScoredData
-from atroposlib.api.stored_group import group_json
-from atroposlib.api.validation import (
-    AdmissionRules,
-    InvalidRequest,
-    _from_model,
-    admission_problems,
-    check_groups,
-    content_problems,
-    decode_group,
-    decode_group_list,
-)
+from atroposlib.api.admission import AdmissionRules, admission_problems, check_groups, content_problems
+from atroposlib.api.decode import _lax_group, decode_group, decode_group_list
+from atroposlib.api.errors import InvalidRequest
+from atroposlib.api.schemas import ScoredData
+from atroposlib.group import FIELD_NAMES
 from tests.api.helpers import random_group
 
 
@@ -34,7 +27,7 @@ def kinds(problems):
 
 
 def stored(group):
-    return orjson.loads(group_json(group.data))
+    return orjson.loads(group.data)
 
 
 def test_decode_coerces_like_the_original():
@@ -81,7 +74,7 @@ def test_content_problems():
     nan_messages = ScoredData(
         tokens=[[1]], masks=[[1]], scores=[1.0], messages=[[{"role": "a", "content": float("nan")}]]
     )
-    assert kinds(content_problems(_from_model(nan_messages))) == ["finite_number"]
+    assert kinds(content_problems(_lax_group(nan_messages.to_group()))) == ["finite_number"]
 
 
 def test_admission_problems():
@@ -118,23 +111,22 @@ def test_check_groups_prefixes_locations():
 
 def test_stored_form_is_the_fourteen_key_dict():
     data = stored(decode_group(body(images=["x"])))
-    assert tuple(data) == GROUP_FIELDS
+    assert tuple(data) == FIELD_NAMES
     assert data["images"] == ["x"] and data["env_id"] is None
     big = decode_group(body(generation_params={"seed": 2**80}))
     assert stored(big)["generation_params"]["seed"] == 2**80  # kept exactly
 
 
-def test_fast_and_pydantic_paths_agree():
-    """Whatever path decodes a group, the stored data and the checked facts are the same."""
+def test_typed_decode_and_pydantic_agree():
+    """The typed decode stores and checks a group exactly as the original's model reads it."""
     rng = random.Random(11)
     for _ in range(400):
         raw = json.dumps(random_group(rng), indent=rng.choice([None, 1])).encode()
         fast = decode_group(raw)
-        slow = _from_model(ScoredData.model_validate_json(raw))
+        slow = _lax_group(ScoredData.model_validate_json(raw).to_group())
         assert stored(fast) == stored(slow), raw
-        assert (fast.token_lengths, fast.mask_lengths, fast.scores, fast.env_id) == (
+        assert (fast.token_lengths, fast.scores, fast.env_id) == (
             slow.token_lengths,
-            slow.mask_lengths,
             slow.scores,
             slow.env_id,
         )

@@ -33,7 +33,7 @@ def tokenizer(tiny_model_dir):
 
 
 @pytest.fixture
-def scripted(tiny_model_dir):
+async def scripted(tiny_model_dir):
     def respond(prompt, index):
         return f"<think>turn {turn_of(prompt)}</think><tool_call>move {turn_of(prompt)}</tool_call>"
 
@@ -42,6 +42,7 @@ def scripted(tiny_model_dir):
             [APIServerConfig(base_url=server.base_url, model_name="m", server_type="vllm")]
         )
         yield manager
+        await manager.close()
 
 
 class Counter:

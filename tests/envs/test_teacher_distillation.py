@@ -110,6 +110,11 @@ async def test_teacher_logprobs_are_attached(tiny_model_dir, tmp_path, teacher):
     assert all(len(p) == 2 for p in lps[0][1:])
     assert rows[1]["distill_token_ids"] is None and rows[1]["distill_logprobs"] is None
     assert any(r["path"] == "/generate" for r in teacher.requests)
+    # Finishing a run closes the teacher's connections as well as the policy servers'.
+    session = env.teacher_server.servers[0].http._session
+    assert session is not None and not session.closed
+    await env._close_inference_clients()
+    assert session.closed
 
 
 async def test_teacher_failure_leaves_fields_none_and_sends_group(tiny_model_dir, tmp_path, teacher):
@@ -122,6 +127,7 @@ async def test_teacher_failure_leaves_fields_none_and_sends_group(tiny_model_dir
     assert await env.handle_send_to_api(group(env.tokenizer), do_send_to_api=False) == 1
     row = json.loads((tmp_path / "groups.jsonl").read_text())
     assert row["distill_token_ids"] is None and row["distill_logprobs"] is None
+    await env._close_inference_clients()
 
 
 def test_teacher_with_a_different_vocabulary_is_refused(tiny_model_dir, tmp_path, teacher):

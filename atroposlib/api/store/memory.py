@@ -1,7 +1,7 @@
 """The in-memory store (``--store memory``): the original's behaviour, nothing survives exit.
 
 Implements the same interface as :class:`atroposlib.api.store.SqliteStore`; group data is kept
-as its stored form (bytes, :mod:`atroposlib.api.stored_group`) rather than as Python objects.
+as its stored JSON (bytes) rather than as Python objects.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from atroposlib.api.store import BatchRow, GroupRow, Snapshot
+from atroposlib.api.store.base import BatchRow, GroupRow, Snapshot
 
 
 class _MemoryTransaction:

@@ -1,10 +1,7 @@
-"""Persistence of the trajectory API's state: the store interface and its SQLite implementation.
+"""The durable store of the trajectory API's state: SQLite plus a payload log of group data.
 
-The server keeps a small metadata mirror of its state in memory (:mod:`atroposlib.api.state`)
-and writes every change through a store inside one transaction per request, committed before
-the response is sent. Group data (the stored form of each group, see
-:mod:`atroposlib.api.stored_group`) lives only in the store, so memory use does not grow with
-queued tokens.
+Group data (each group's stored JSON) lives only here, so the server's memory does not grow
+with queued tokens.
 
 SQLite layout (one file, ``<data_dir>/trajectory_api.sqlite3``, WAL mode):
 
@@ -15,8 +12,8 @@ SQLite layout (one file, ``<data_dir>/trajectory_api.sqlite3``, WAL mode):
 - ``groups(gid, env_id, size, nbytes, loc, qseq, received_step, received_at, seg, off, crc)``:
   every group not yet discarded; ``loc`` says where it is (queue, buffer, batch, retired),
   ``qseq`` is its position in the order groups entered the queue, and ``seg``/``off``/``nbytes``/
-  ``crc`` locate its stored form in the payload log (``<data_dir>/payloads/``, see
-  :mod:`atroposlib.api.payload_log`), written before the row commits.
+  ``crc`` locate its stored JSON in the payload log (``<data_dir>/payloads/``, see
+  :mod:`atroposlib.api.store.payload_log`), written before the row commits.
 - ``batches(bid, state, pos, served, gids)``: formed batches, pending (``state=0``, a stack
   ordered by ``pos``) or served and unacknowledged (``state=1``, ordered by ``pos``).
 
@@ -36,97 +33,22 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from atroposlib.api.payload_log import Extent, PayloadError, PayloadLog
-from atroposlib.api.stored_group import CorruptGroup
+from atroposlib.api.store.base import BatchRow, GroupRow, Snapshot, StoreError
+from atroposlib.api.store.payload_log import Extent, PayloadError, PayloadLog
 
 SCHEMA_VERSION = 2
 DB_FILENAME = "trajectory_api.sqlite3"
 PAYLOAD_DIRNAME = "payloads"
 LOCK_FILENAME = "run-api.lock"
 #: What a failing store raises during a request (answered 503, nothing changed).
-STORAGE_ERRORS = (sqlite3.Error, PayloadError, CorruptGroup)
+STORAGE_ERRORS = (sqlite3.Error, PayloadError)
 #: Most ``?`` parameters put in one ``gid IN (...)`` query.
 _IN_CHUNK = 500
 
 logger = logging.getLogger("atroposlib.api")
-
-LOC_QUEUE, LOC_BUFFER, LOC_BATCH, LOC_RETIRED = 0, 1, 2, 3
-BATCH_PENDING, BATCH_SERVED = 0, 1
-
-
-class StoreError(RuntimeError):
-    """The store cannot be opened or used (bad data dir, locked, corrupt, newer schema)."""
-
-
-@dataclass(slots=True)
-class GroupRow:
-    """Metadata of one stored group (everything but its data)."""
-
-    gid: int
-    env_id: int | None
-    size: int
-    nbytes: int
-    loc: int
-    qseq: int
-    received_step: int
-    received_at: float
-
-
-@dataclass(slots=True)
-class BatchRow:
-    """One formed batch: its groups in batch order."""
-
-    bid: int
-    state: int
-    pos: int
-    served: int
-    gids: list[int]
-
-
-@dataclass
-class Snapshot:
-    """Everything a store holds except group data, as loaded at start-up."""
-
-    meta: dict[str, Any] = field(default_factory=dict)
-    hwm: dict[str, int] = field(default_factory=dict)
-    envs: list[dict[str, Any]] = field(default_factory=list)
-    groups: list[GroupRow] = field(default_factory=list)
-    batches: list[BatchRow] = field(default_factory=list)
-    latest: bytes | None = None
-    latest_qseq: int = 0
-
-
-class Transaction(Protocol):
-    """Write operations of one request; all applied together or none."""
-
-    def add_group(self, row: GroupRow, data: bytes) -> None: ...
-    def move_groups(self, gids: Iterable[int], loc: int, qseqs: Iterable[int] | None = None) -> None: ...
-    def delete_groups(self, gids: Iterable[int]) -> None: ...
-    def put_batch(self, batch: BatchRow) -> None: ...
-    def delete_batch(self, bid: int) -> None: ...
-    def put_env(self, env_id: int, record: dict[str, Any]) -> None: ...
-    def put_meta(self, state: dict[str, Any]) -> None: ...
-    def put_latest(self, data: bytes, qseq: int) -> None: ...
-    def reset(self, hwm: dict[str, int]) -> None: ...
-
-
-class Store(Protocol):
-    """Durable (or in-memory) home of the API's state."""
-
-    kind: str
-    #: True when :meth:`load` returns what was committed (the mirror can be rebuilt from it).
-    durable: bool
-
-    def load(self) -> Snapshot: ...
-    def transaction(self) -> contextlib.AbstractContextManager[Transaction]: ...
-    def read_groups(self, gids: Sequence[int]) -> list[bytes]: ...
-    def read_group(self, gid: int) -> bytes | None: ...
-    def close(self) -> None: ...
-
 
 # ---------------------------------------------------------------------------------- SQLite
 
