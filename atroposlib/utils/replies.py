@@ -79,9 +79,5 @@ def last_code_block(reply: str, languages: tuple[str, ...] = ("python", "py", "p
     section = answer_section(reply)
     if section is None:
         return None
-    blocks = [
-        body
-        for tag, body in _FENCE.findall(section)
-        if not languages or tag.lower() in languages
-    ]
+    blocks = [body for tag, body in _FENCE.findall(section) if not languages or tag.lower() in languages]
     return blocks[-1] if blocks else None
