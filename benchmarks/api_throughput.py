@@ -10,7 +10,7 @@ Measured, alternating between the servers in every round (these machines are noi
 ratios matter more than the absolute numbers):
 
 - ingest: ``POST /scored_data`` requests per second at several concurrency levels, and the
-  server's CPU time per request (its decode worker processes included); the client sends
+  server's CPU time per request; the client sends
   pre-built requests over keep-alive sockets
   (``--client aiohttp`` for aiohttp), so that its own CPU use, shared with the servers on a small
   machine, stays a small part of the figure;
@@ -140,7 +140,7 @@ class Server:
                 self.proc.wait(5)
 
     def _tree(self) -> list[psutil.Process]:
-        """The server process and its live children (decode workers)."""
+        """The server process and its live children."""
         server = psutil.Process(self.proc.pid)
         return [server, *server.children(recursive=True)]
 
@@ -487,7 +487,7 @@ def report(results: Results, names: list[str], levels: list[int]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="Fewer requests and rounds (about a minute).")
-    parser.add_argument("--concurrency", default="1,4,16", help="Comma-separated ingest concurrency levels.")
+    parser.add_argument("--concurrency", default="1,4,8,16", help="Comma-separated ingest concurrency levels.")
     parser.add_argument("--rounds", type=int, default=None, help="Alternating rounds per measurement.")
     parser.add_argument("--requests", type=int, default=None, help="Ingest requests per measurement.")
     parser.add_argument("--batches", type=int, default=None, help="/batch calls timed per server.")
