@@ -56,7 +56,9 @@ class GroupField:
     """One field of a scored group.
 
     ``wire_type`` is the field's type in a group (as sent and served); ``item_type`` its type in a
-    single rollout (:data:`ScoredDataItem`), or ``None`` when a rollout does not carry it.
+    single rollout (:data:`ScoredDataItem`), or ``None`` when a rollout does not carry it. ``fill``
+    is the entry of a position that is not trained, for the optional fields with one entry per
+    token position (``None`` for the others).
     """
 
     name: str
@@ -65,6 +67,7 @@ class GroupField:
     wire_type: Any
     item_type: Any = None
     required: bool = False
+    fill: Any = None
 
 
 _JSONObject = dict[str, Any]
@@ -74,18 +77,24 @@ FIELDS: tuple[GroupField, ...] = (
     GroupField("tokens", PER_SEQUENCE, Kind.INT_MATRIX, list[list[int]], list[int], required=True),
     GroupField("masks", PER_SEQUENCE, Kind.INT_MATRIX, list[list[int]], list[int], required=True),
     GroupField("scores", PER_SEQUENCE, Kind.FLOATS, list[float], float, required=True),
-    GroupField("advantages", PER_SEQUENCE, Kind.FLOAT_MATRIX, list[list[float]], list[float]),
-    GroupField("ref_logprobs", PER_SEQUENCE, Kind.FLOAT_MATRIX, list[list[float]], list[float]),
+    GroupField("advantages", PER_SEQUENCE, Kind.FLOAT_MATRIX, list[list[float]], list[float], fill=0.0),
+    GroupField("ref_logprobs", PER_SEQUENCE, Kind.FLOAT_MATRIX, list[list[float]], list[float], fill=1.0),
     GroupField("messages", PER_SEQUENCE, Kind.FREE, list[list[_JSONObject]], list[_JSONObject]),
     GroupField("generation_params", PER_GROUP, Kind.FREE, _JSONObject),
-    GroupField("inference_logprobs", PER_SEQUENCE, Kind.FLOAT_MATRIX, list[list[float]], list[float]),
+    GroupField(
+        "inference_logprobs", PER_SEQUENCE, Kind.FLOAT_MATRIX, list[list[float]], list[float], fill=1.0
+    ),
     GroupField("overrides", PER_SEQUENCE, Kind.FREE, list[_JSONObject], _JSONObject),
     GroupField("group_overrides", PER_GROUP, Kind.FREE, _JSONObject, _JSONObject),
     # compat: free-form; an environment's rollouts each contribute one entry, but its length is not checked.
     GroupField("images", PER_GROUP, Kind.FREE, Any, Any),
     GroupField("env_id", PER_GROUP, Kind.INT, int),
-    GroupField("distill_token_ids", PER_SEQUENCE, Kind.INT_CUBE, list[list[list[int]]], list[list[int]]),
-    GroupField("distill_logprobs", PER_SEQUENCE, Kind.FLOAT_CUBE, list[list[list[float]]], list[list[float]]),
+    GroupField(
+        "distill_token_ids", PER_SEQUENCE, Kind.INT_CUBE, list[list[list[int]]], list[list[int]], fill=()
+    ),
+    GroupField(
+        "distill_logprobs", PER_SEQUENCE, Kind.FLOAT_CUBE, list[list[list[float]]], list[list[float]], fill=()
+    ),
 )
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)
@@ -101,6 +110,8 @@ ITEM_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.item_type is no
 INT_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.kind in (Kind.INT_MATRIX, Kind.INT_CUBE))
 FLOAT_ROW_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.kind is Kind.FLOAT_MATRIX)
 FREE_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.kind is Kind.FREE)
+#: Optional fields with one entry per token position, and the entry of a position that is not trained.
+PER_POSITION_FILL: dict[str, Any] = {f.name: f.fill for f in FIELDS if f.fill is not None}
 #: Per-sequence float matrices that must line up with ``tokens`` position by position.
 ALIGNED_WITH_TOKENS: tuple[str, ...] = ("inference_logprobs",)
 
@@ -373,6 +384,7 @@ __all__ = [
     "OPTIONAL",
     "PER_GROUP",
     "PER_SEQUENCE",
+    "PER_POSITION_FILL",
     "PER_SEQUENCE_OPTIONAL",
     "REQUIRED",
     "CheckOptions",

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from atroposlib.group import MASKED, CheckOptions, check_group
+
 logger = logging.getLogger(__name__)
 
 #: Pad length granularity (tokens).
@@ -41,7 +43,9 @@ PAD_MULTIPLE = 64
 #: Floor of the per-group standard deviation in score normalisation.
 STD_EPS = 1e-8
 #: Label value of positions that are not trained.
-IGNORE_INDEX = -100
+IGNORE_INDEX = MASKED
+#: The scored-group contract as the API serves it: values typed, optional fields of any length.
+_SERVED = CheckOptions(optional_counts=False, values_typed=True)
 
 _WARNED: set[str] = set()
 
@@ -152,7 +156,8 @@ def prepare_batch(
     """Pad, normalise and micro-batch one API batch (see the module docstring for the exact rules).
 
     ``batch_size`` is the micro-batch size in sequences. Raises ``ValueError`` for an empty batch or
-    a group whose tokens, masks and scores disagree in count or length.
+    a group that breaks the scored-group contract (:func:`atroposlib.group.check_group`: tokens,
+    masks and scores disagree in count or length, an empty sequence, ...).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -165,15 +170,12 @@ def prepare_batch(
     scores: list[float] = []
 
     for g, group in enumerate(groups):
+        problems = check_group(group, _SERVED)
+        if problems:
+            raise ValueError(f"group {g}: {problems[0]}")
         tokens, masks, group_scores = group["tokens"], group["masks"], group["scores"]
-        if not (len(tokens) == len(masks) == len(group_scores)):
-            raise ValueError(
-                f"group {g}: {len(tokens)} token rows, {len(masks)} mask rows, {len(group_scores)} scores"
-            )
         advantages = normalize_scores(group_scores)
         for i, (seq, mask) in enumerate(zip(tokens, masks, strict=True)):
-            if len(seq) != len(mask):
-                raise ValueError(f"group {g} sequence {i}: {len(seq)} tokens but {len(mask)} mask entries")
             zero = bool(_override(group, i).get("set_advantage_to_zero"))
             rows_tokens.append(list(seq))
             rows_masks.append(list(mask))

@@ -8,19 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from atroposlib.envs.groups import ScoredDataGroup
+from atroposlib.group import ITEM_FIELDS, REQUIRED, ScoredDataGroup
 
-#: Per-rollout optional keys copied into the group as one list entry per sequence.
-ITEM_SEQUENCE_KEYS = (
-    "advantages",
-    "ref_logprobs",
-    "messages",
-    "inference_logprobs",
-    "overrides",
-    "images",
-    "distill_token_ids",
-    "distill_logprobs",
-)
+#: Per-rollout optional keys copied into the group as one list entry per sequence (``group_overrides``
+#: dicts are merged instead).
+ITEM_SEQUENCE_KEYS = tuple(name for name in ITEM_FIELDS if name not in REQUIRED and name != "group_overrides")
 
 
 def assemble_group(items: Sequence[Any]) -> tuple[ScoredDataGroup | None, list[str]]:
@@ -45,7 +37,7 @@ def assemble_group(items: Sequence[Any]) -> tuple[ScoredDataGroup | None, list[s
         if not isinstance(item, Mapping):
             notes.append(f"rollout {index} is a {type(item).__name__}, not a ScoredDataItem dict; skipped")
             continue
-        missing = [k for k in ("tokens", "masks", "scores") if item.get(k) is None]
+        missing = [k for k in REQUIRED if item.get(k) is None]
         if missing:
             notes.append(f"rollout {index} lacks {', '.join(missing)}; skipped")
             continue
@@ -53,11 +45,7 @@ def assemble_group(items: Sequence[Any]) -> tuple[ScoredDataGroup | None, list[s
     if not kept:
         return None, notes
 
-    group = ScoredDataGroup(
-        tokens=[item["tokens"] for item in kept],
-        masks=[item["masks"] for item in kept],
-        scores=[item["scores"] for item in kept],
-    )
+    group = ScoredDataGroup({key: [item[key] for item in kept] for key in REQUIRED})
     for key in ITEM_SEQUENCE_KEYS:
         values = [item.get(key) for item in kept]
         present = sum(v is not None for v in values)

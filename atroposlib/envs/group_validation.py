@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from atroposlib.group import ENVIRONMENT, OPTIONAL, PER_SEQUENCE_OPTIONAL, check_group
+
 # Problem codes (metric names: ``train/groups_discarded/<code>``).
 MALFORMED = "malformed"
 EMPTY = "empty"
@@ -25,30 +27,16 @@ IDENTICAL_SCORES = "identical_scores"
 NOT_JSON = "not_json_serializable"
 
 #: Optional keys of a group; missing ones are set to ``None`` before a group is stored or sent.
-OPTIONAL_GROUP_KEYS = (
-    "advantages",
-    "ref_logprobs",
-    "messages",
-    "generation_params",
-    "inference_logprobs",
-    "group_overrides",
-    "overrides",
-    "images",
-    "distill_token_ids",
-    "distill_logprobs",
-)
+OPTIONAL_GROUP_KEYS = tuple(name for name in OPTIONAL if name != "env_id")
 #: Optional keys holding one entry per sequence.
-PER_SEQUENCE_KEYS = (
-    "advantages",
-    "ref_logprobs",
-    "messages",
-    "inference_logprobs",
-    "overrides",
-    "distill_token_ids",
-    "distill_logprobs",
-)
-#: Per-sequence keys whose entries are per-token float lists (a JSON ``null`` there means NaN/inf).
-_FLOAT_SEQUENCE_KEYS = ("advantages", "ref_logprobs", "inference_logprobs")
+PER_SEQUENCE_KEYS = PER_SEQUENCE_OPTIONAL
+#: The discard code (metric name) of each rule of :func:`atroposlib.group.check_group`.
+_CODES = {
+    "empty_group": EMPTY,
+    "empty_sequence": EMPTY,
+    "length_mismatch": RAGGED,
+    "finite_number": NON_FINITE,
+}
 
 
 @dataclass(frozen=True)
@@ -119,64 +107,12 @@ def expected_group_size(group: Mapping[str, Any], default: int) -> int:
 
 
 def _check_structure(group: dict[str, Any]) -> GroupProblem | None:
-    for key in ("tokens", "masks", "scores"):
-        if key not in group or group[key] is None:
-            return GroupProblem(MALFORMED, f"missing required key {key!r}")
-        if not isinstance(group[key], list):
-            return GroupProblem(MALFORMED, f"{key!r} must be a list, got {type(group[key]).__name__}")
-    tokens, masks, scores = group["tokens"], group["masks"], group["scores"]
-    n = len(tokens)
-    if n == 0:
-        return GroupProblem(EMPTY, "group has no sequences")
-    if len(masks) != n:
-        return GroupProblem(RAGGED, f"{n} token sequences but {len(masks)} mask sequences")
-    if len(scores) != n:
-        return GroupProblem(RAGGED, f"{n} token sequences but {len(scores)} scores")
-    for i in range(n):
-        if not isinstance(tokens[i], list) or not isinstance(masks[i], list):
-            return GroupProblem(MALFORMED, f"tokens[{i}] and masks[{i}] must be lists of ints")
-        if len(tokens[i]) != len(masks[i]):
-            return GroupProblem(
-                RAGGED, f"sequence {i} has {len(tokens[i])} tokens but {len(masks[i])} mask entries"
-            )
-    for key in PER_SEQUENCE_KEYS:
-        value = group.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, list):
-            return GroupProblem(MALFORMED, f"{key!r} must be a list (one entry per sequence) or None")
-        if len(value) != n:
-            return GroupProblem(RAGGED, f"{key!r} has {len(value)} entries for {n} sequences")
-    for key in _FLOAT_SEQUENCE_KEYS:
-        value = group.get(key)
-        if value is None:
-            continue
-        for i, row in enumerate(value):
-            if row is None:
-                continue
-            if not isinstance(row, list):
-                return GroupProblem(MALFORMED, f"{key}[{i}] must be a list of numbers")
-            if None in row:
-                return GroupProblem(NON_FINITE, f"{key}[{i}] contains NaN or infinity")
-    logprobs = group.get("inference_logprobs")
-    if logprobs is not None:
-        for i, row in enumerate(logprobs):
-            if row is not None and len(row) != len(tokens[i]):
-                return GroupProblem(
-                    RAGGED, f"inference_logprobs[{i}] has {len(row)} entries for {len(tokens[i])} tokens"
-                )
-    messages = group.get("messages")
-    if messages is not None:
-        for i, conversation in enumerate(messages):
-            if not isinstance(conversation, list):
-                return GroupProblem(MALFORMED, f"messages[{i}] must be a list of {{role, content}} dicts")
-            for j, message in enumerate(conversation):
-                if not isinstance(message, dict) or "role" not in message or "content" not in message:
-                    return GroupProblem(MALFORMED, f"messages[{i}][{j}] needs 'role' and 'content'")
-    overrides = group.get("group_overrides")
-    if overrides is not None and not isinstance(overrides, dict):
-        return GroupProblem(MALFORMED, "'group_overrides' must be a dict or None")
-    return None
+    """The first problem :func:`atroposlib.group.check_group` finds, with its discard code."""
+    problems = check_group(group, ENVIRONMENT)
+    if not problems:
+        return None
+    first = problems[0]
+    return GroupProblem(_CODES.get(first.code, MALFORMED), first.message)
 
 
 def prepare_group(
@@ -191,10 +127,10 @@ def prepare_group(
 
     Returns ``(group, None)`` with a new plain-JSON dict in which every optional key of
     :data:`OPTIONAL_GROUP_KEYS` is present (``None`` when absent) and extra keys are kept, or
-    ``(None, problem)``. Checks, in order: mapping with list ``tokens``/``masks``/``scores``; finite numeric
-    scores; JSON-representable; non-empty; equal counts and per-sequence lengths (tokens vs masks vs
-    ``inference_logprobs``; one entry per sequence for per-sequence keys); no NaN/inf in float lists;
-    ``messages`` entries have ``role`` and ``content``; size equals :func:`expected_group_size`; with
+    ``(None, problem)``. Checks, in order: mapping with ``tokens``/``masks``/``scores``; finite numeric
+    scores; JSON-representable; the contract of :func:`atroposlib.group.check_group` (its environment
+    rules: counts and lengths of every per-sequence field, int32 token ids, finite floats, complete
+    messages); size equals :func:`expected_group_size`; with
     ``reject_identical_scores``, a group of 2+ sequences must not have all-equal scores; with
     ``enforce_max_length`` and ``max_token_len > 0``, every sequence must be shorter than ``max_token_len``.
     """

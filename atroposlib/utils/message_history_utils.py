@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from atroposlib.envs.groups import ScoredDataGroup
+from atroposlib.group import PER_POSITION_FILL, ScoredDataGroup
 from atroposlib.utils.tokenize_for_trainer import MASKED, tokenize_for_trainer
 
 logger = logging.getLogger(__name__)
@@ -14,16 +14,6 @@ THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 AGENT_ROLES = ("agent", "assistant")
 ENVIRONMENT_ROLE = "environment"
-
-# Per-token fields of a group (aligned with ``tokens``) and the value a position gets when it is no
-# longer backed by the original sequence (such positions are always masked prompt positions).
-PER_TOKEN_FIELDS: dict[str, Any] = {
-    "inference_logprobs": 1.0,
-    "ref_logprobs": 1.0,
-    "advantages": 0.0,
-    "distill_token_ids": [],
-    "distill_logprobs": [],
-}
 
 
 def _think_span(text: str) -> tuple[int, int] | None:
@@ -131,7 +121,7 @@ def _realign_per_token_fields(
     Positions in front of the common suffix get the field's fill value (they are masked prompt positions).
     A field is set to None, with a warning, when some trained position is not covered by the suffix.
     """
-    for field, fill in PER_TOKEN_FIELDS.items():
+    for field, fill in PER_POSITION_FILL.items():
         values = step.get(field)
         if not isinstance(values, list) or len(values) != len(old_tokens):
             continue
@@ -152,7 +142,7 @@ def _realign_per_token_fields(
                 )
                 realigned = None
                 break
-            pad = [list(fill) if isinstance(fill, list) else fill for _ in range(head)]
+            pad = [list(fill) if isinstance(fill, tuple) else fill for _ in range(head)]
             realigned[alt] = pad + old_value[len(old_value) - suffix :]
         new_step[field] = realigned
 

@@ -183,11 +183,11 @@ def test_bad_batches_raise_clear_errors():
         prepare_batch([], 2)
     bad = make_group(lengths=[5, 5])
     bad["masks"][1] = bad["masks"][1][:-1]
-    with pytest.raises(ValueError, match="sequence 1: 5 tokens but 4 mask entries"):
+    with pytest.raises(ValueError, match="group 0: sequence 1 has 5 tokens but 4 mask entries"):
         prepare_batch([bad], 2)
     short = make_group(n=2)
     short["scores"] = [1.0]
-    with pytest.raises(ValueError, match="2 token rows, 2 mask rows, 1 scores"):
+    with pytest.raises(ValueError, match="group 0: 2 token sequences but 1 scores"):
         prepare_batch([short], 2)
 
 
