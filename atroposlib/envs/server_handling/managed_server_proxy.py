@@ -36,7 +36,7 @@ import uuid as uuid_lib
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -160,6 +160,287 @@ def _nodes_of(managed: Any) -> list[dict[str, Any]]:
     return [node.model_dump() for node in nodes]
 
 
+@dataclass
+class ProxyState:
+    """What the proxy's routes share: the backends, the tokenizer and the open sessions."""
+
+    server_manager: ServerManager
+    tokenizer: Any
+    model_name: str
+    session_ttl_s: float
+    sessions: dict[str, SessionState] = field(default_factory=dict)
+
+    def select_server(self, base_url: Optional[str]) -> Any:
+        """The backend at ``base_url``, else the least busy healthy one (404/503 otherwise)."""
+        if base_url is not None:
+            try:
+                return self.server_manager._server_by_url(base_url)
+            except ValueError as exc:
+                raise _ProxyError(404, str(exc)) from exc
+        chosen = self.server_manager._select(True)
+        if chosen is None:
+            healthy = [s for s in self.server_manager.servers if s.server_healthy]
+            if not healthy:
+                raise _ProxyError(503, "no healthy backend server", "server_error")
+            chosen = healthy[0]
+        return chosen
+
+    def session(self, session_uuid: str) -> SessionState:
+        """The open session ``session_uuid`` (404 otherwise); marks it used."""
+        session = self.sessions.get(session_uuid)
+        if session is None:
+            raise _ProxyError(404, f"session {session_uuid} not found")
+        session.last_accessed = time.time()
+        return session
+
+    def sweep(self) -> None:
+        """Drop the sessions idle for longer than ``session_ttl_s``."""
+        cutoff = time.time() - self.session_ttl_s
+        for key in [k for k, s in self.sessions.items() if s.last_accessed < cutoff]:
+            self.sessions.pop(key, None)
+
+
+async def _run(session: SessionState, call):
+    """``call()`` under the session's lock, its failures turned into proxy errors."""
+    async with session.lock:
+        try:
+            return await call()
+        except _ProxyError:
+            raise
+        except ServerUnavailableError as exc:
+            raise _ProxyError(503, str(exc), "server_error") from exc
+        except NotImplementedError as exc:
+            raise _ProxyError(501, str(exc), "not_implemented") from exc
+        except (ValueError, TypeError) as exc:
+            raise _ProxyError(400, str(exc)) from exc
+        except Exception as exc:
+            logger.exception("backend call failed")
+            raise _ProxyError(502, f"backend call failed: {exc}", "server_error") from exc
+
+
+def _base_url(server: Any) -> Optional[str]:
+    return getattr(getattr(server, "config", None), "base_url", None)
+
+
+def _proxy(request: Request) -> ProxyState:
+    return request.app.state.proxy
+
+
+#: The proxy's routes (mounted by :func:`create_app`).
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(request: Request):
+    proxy = _proxy(request)
+    servers = proxy.server_manager.servers
+    return {
+        "status": "ok",
+        "model": proxy.model_name,
+        "sessions": len(proxy.sessions),
+        "servers": len(servers),
+        "healthy_servers": sum(1 for s in servers if s.server_healthy),
+    }
+
+
+@router.get("/v1/models")
+async def list_models(request: Request):
+    model = {
+        "id": _proxy(request).model_name,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "atropos",
+    }
+    return {"object": "list", "data": [model]}
+
+
+@router.post("/setup")
+async def setup(request: Request):
+    proxy = _proxy(request)
+    try:
+        config = ProxyConfig.model_validate(await request.json())
+        configs = config.server_configs()
+    except (ValidationError, ValueError) as exc:
+        raise _ProxyError(400, f"invalid setup document: {exc}") from exc
+    if configs:
+        proxy.server_manager.servers = ServerManager(configs=configs).servers
+    proxy.model_name = config.model_name
+    return {"status": "ok", "servers": len(proxy.server_manager.servers), "model_name": config.model_name}
+
+
+@router.get("/servers")
+async def list_servers(request: Request):
+    proxy = _proxy(request)
+    return {
+        "servers": [
+            {
+                "index": i,
+                "base_url": _base_url(s),
+                "healthy": bool(getattr(s, "server_healthy", True)),
+                "model_name": getattr(getattr(s, "config", None), "model_name", proxy.model_name),
+                "server_type": getattr(getattr(s, "config", None), "server_type", "unknown"),
+            }
+            for i, s in enumerate(proxy.server_manager.servers)
+        ]
+    }
+
+
+@router.post("/sessions/create")
+async def create_session(body: SessionCreateRequest, request: Request):
+    proxy = _proxy(request)
+    proxy.sweep()
+    server = proxy.select_server(body.base_url)
+    if isinstance(server, OpenAIServer):
+        managed: Any = DummyManagedServer(
+            server=server, tokenizer=proxy.tokenizer, track_tree=body.track_tree
+        )
+    else:
+        managed = ManagedServer(
+            server=server, tokenizer=proxy.tokenizer, track_tree=body.track_tree, tool_parser=body.tool_parser
+        )
+    session = SessionState(
+        uuid=str(uuid_lib.uuid4()),
+        managed_server=managed,
+        model_name=proxy.model_name,
+        tool_parser=body.tool_parser,
+        base_url=_base_url(server),
+    )
+    proxy.sessions[session.uuid] = session
+    return {
+        "uuid": session.uuid,
+        "model_name": proxy.model_name,
+        "tool_parser": body.tool_parser,
+        "base_url": session.base_url,
+        "created_at": session.created_at,
+    }
+
+
+@router.get("/sessions")
+async def list_sessions(request: Request):
+    return {
+        "sessions": [
+            {
+                "uuid": s.uuid,
+                "model_name": s.model_name,
+                "base_url": s.base_url,
+                "created_at": s.created_at,
+                "last_accessed": s.last_accessed,
+                "num_nodes": len(_nodes_of(s.managed_server)),
+            }
+            for s in _proxy(request).sessions.values()
+        ]
+    }
+
+
+@router.post("/{session_uuid}/v1/chat/completions")
+async def chat_completions(session_uuid: str, body: ChatCompletionProxyRequest, request: Request):
+    proxy = _proxy(request)
+    session = proxy.session(session_uuid)
+    if not body.messages:
+        raise _ProxyError(400, "messages must not be empty")
+    kwargs = body.model_dump(exclude_none=True)
+    kwargs["messages"] = [m.model_dump(exclude_none=True) for m in body.messages]
+    kwargs.pop("model", None)
+    kwargs.pop("stream", None)
+    result = await _run(session, lambda: session.managed_server.chat_completion(**kwargs))
+    choices = []
+    for choice in result.choices:
+        message: dict[str, Any] = {"role": choice.message.role, "content": choice.message.content}
+        if choice.message.tool_calls:
+            message["tool_calls"] = [
+                call if isinstance(call, dict) else call.model_dump() for call in choice.message.tool_calls
+            ]
+        choices.append({"index": choice.index, "message": message, "finish_reason": choice.finish_reason})
+    return {
+        "id": f"chatcmpl-{uuid_lib.uuid4().hex[:12]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": proxy.model_name,
+        "choices": choices,
+        "nodes": _nodes_of(session.managed_server),
+    }
+
+
+@router.post("/{session_uuid}/v1/completions")
+async def completions(session_uuid: str, body: CompletionProxyRequest, request: Request):
+    proxy = _proxy(request)
+    session = proxy.session(session_uuid)
+    kwargs = body.model_dump(exclude_none=True)
+    kwargs.pop("model", None)
+    kwargs.pop("stream", None)
+    result = await _run(session, lambda: session.managed_server.completion(**kwargs))
+    return {
+        "id": f"cmpl-{uuid_lib.uuid4().hex[:12]}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": proxy.model_name,
+        "choices": [
+            {"index": c.index, "text": c.text, "finish_reason": c.finish_reason, "logprobs": None}
+            for c in result.choices
+        ],
+        "nodes": _nodes_of(session.managed_server),
+    }
+
+
+@router.post("/{session_uuid}/v1/logprobs")
+async def logprobs(session_uuid: str, body: LogprobsProxyRequest, request: Request):
+    session = _proxy(request).session(session_uuid)
+    kwargs = body.model_dump(exclude_none=True)
+    if body.messages is not None:
+        kwargs["messages"] = [m.model_dump(exclude_none=True) for m in body.messages]
+    if not any(k in kwargs for k in ("messages", "prompt", "input_ids")):
+        raise _ProxyError(400, "one of messages, prompt or input_ids is required")
+    kwargs.pop("model", None)
+    return await _run(session, lambda: session.managed_server.get_logprobs(**kwargs))
+
+
+@router.post("/{session_uuid}/v1/chat/completions/render")
+async def render_prompt(session_uuid: str, body: ChatCompletionProxyRequest, request: Request):
+    proxy = _proxy(request)
+    session = proxy.session(session_uuid)
+    tokenizer = proxy.tokenizer
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    try:
+        if body.tools:
+            if session.translator is None:
+                from atroposlib.envs.server_handling.tool_call_translator import ToolCallTranslator
+
+                session.translator = ToolCallTranslator(tokenizer=tokenizer, parser_name=session.tool_parser)
+            messages = session.translator.convert_messages_for_template(messages)
+        template_kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": True}
+        if body.tools:
+            template_kwargs["tools"] = body.tools
+        prompt_text = tokenizer.apply_chat_template(messages, **template_kwargs)
+    except Exception as exc:
+        raise _ProxyError(400, f"failed to render prompt: {exc}") from exc
+    token_ids = list(tokenizer.encode(prompt_text, add_special_tokens=False))
+    return {"prompt_text": prompt_text, "token_ids": token_ids, "num_tokens": len(token_ids)}
+
+
+@router.get("/{session_uuid}/nodes")
+async def get_nodes(session_uuid: str, request: Request):
+    return {"nodes": _nodes_of(_proxy(request).session(session_uuid).managed_server)}
+
+
+@router.delete("/{session_uuid}")
+async def delete_session(session_uuid: str, request: Request):
+    session = _proxy(request).sessions.pop(session_uuid, None)
+    if session is None:
+        raise _ProxyError(404, f"session {session_uuid} not found")
+    session.managed_server.reset()
+    return {"status": "deleted", "uuid": session_uuid}
+
+
+async def _proxy_error(request: Request, exc: _ProxyError):
+    return openai_error(exc.status, exc.message, exc.kind)
+
+
+async def _validation_error(request: Request, exc: RequestValidationError):
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    return openai_error(400, f"invalid request: {where or 'body'}: {first.get('msg', 'malformed')}")
+
+
 def create_app(
     server_manager: ServerManager, tokenizer: Any, model_name: str = "unknown", session_ttl_s: float = 3600.0
 ) -> FastAPI:
@@ -172,255 +453,10 @@ def create_app(
         session_ttl_s: sessions idle for longer than this are dropped.
     """
     app = FastAPI(title="ManagedServer OpenAI proxy")
-    sessions: dict[str, SessionState] = {}
-    state = {"model_name": model_name}
-
-    def _base_url(server: Any) -> Optional[str]:
-        return getattr(getattr(server, "config", None), "base_url", None)
-
-    def _select_server(base_url: Optional[str]):
-        if base_url is not None:
-            try:
-                return server_manager._server_by_url(base_url)
-            except ValueError as exc:
-                raise _ProxyError(404, str(exc)) from exc
-        chosen = server_manager._select(True)
-        if chosen is None:
-            healthy = [s for s in server_manager.servers if s.server_healthy]
-            if not healthy:
-                raise _ProxyError(503, "no healthy backend server", "server_error")
-            chosen = healthy[0]
-        return chosen
-
-    def _session(session_uuid: str) -> SessionState:
-        session = sessions.get(session_uuid)
-        if session is None:
-            raise _ProxyError(404, f"session {session_uuid} not found")
-        session.last_accessed = time.time()
-        return session
-
-    def _sweep() -> None:
-        cutoff = time.time() - session_ttl_s
-        for key in [k for k, s in sessions.items() if s.last_accessed < cutoff]:
-            sessions.pop(key, None)
-
-    async def _run(session: SessionState, call):
-        async with session.lock:
-            try:
-                return await call()
-            except _ProxyError:
-                raise
-            except ServerUnavailableError as exc:
-                raise _ProxyError(503, str(exc), "server_error") from exc
-            except NotImplementedError as exc:
-                raise _ProxyError(501, str(exc), "not_implemented") from exc
-            except (ValueError, TypeError) as exc:
-                raise _ProxyError(400, str(exc)) from exc
-            except Exception as exc:
-                logger.exception("backend call failed")
-                raise _ProxyError(502, f"backend call failed: {exc}", "server_error") from exc
-
-    @app.exception_handler(_ProxyError)
-    async def _proxy_error(request: Request, exc: _ProxyError):
-        return openai_error(exc.status, exc.message, exc.kind)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return openai_error(400, f"invalid request: {where or 'body'}: {first.get('msg', 'malformed')}")
-
-    @app.get("/health")
-    async def health():
-        return {
-            "status": "ok",
-            "model": state["model_name"],
-            "sessions": len(sessions),
-            "servers": len(server_manager.servers),
-            "healthy_servers": sum(1 for s in server_manager.servers if s.server_healthy),
-        }
-
-    @app.get("/v1/models")
-    async def list_models():
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": state["model_name"],
-                    "object": "model",
-                    "created": int(time.time()),
-                    "owned_by": "atropos",
-                }
-            ],
-        }
-
-    @app.post("/setup")
-    async def setup(request: Request):
-        try:
-            config = ProxyConfig.model_validate(await request.json())
-            configs = config.server_configs()
-        except (ValidationError, ValueError) as exc:
-            raise _ProxyError(400, f"invalid setup document: {exc}") from exc
-        if configs:
-            server_manager.servers = ServerManager(configs=configs).servers
-        state["model_name"] = config.model_name
-        return {"status": "ok", "servers": len(server_manager.servers), "model_name": config.model_name}
-
-    @app.get("/servers")
-    async def list_servers():
-        return {
-            "servers": [
-                {
-                    "index": i,
-                    "base_url": _base_url(s),
-                    "healthy": bool(getattr(s, "server_healthy", True)),
-                    "model_name": getattr(getattr(s, "config", None), "model_name", state["model_name"]),
-                    "server_type": getattr(getattr(s, "config", None), "server_type", "unknown"),
-                }
-                for i, s in enumerate(server_manager.servers)
-            ]
-        }
-
-    @app.post("/sessions/create")
-    async def create_session(request: SessionCreateRequest):
-        _sweep()
-        server = _select_server(request.base_url)
-        session_uuid = str(uuid_lib.uuid4())
-        if isinstance(server, OpenAIServer):
-            managed: Any = DummyManagedServer(
-                server=server, tokenizer=tokenizer, track_tree=request.track_tree
-            )
-        else:
-            managed = ManagedServer(
-                server=server,
-                tokenizer=tokenizer,
-                track_tree=request.track_tree,
-                tool_parser=request.tool_parser,
-            )
-        session = SessionState(
-            uuid=session_uuid,
-            managed_server=managed,
-            model_name=state["model_name"],
-            tool_parser=request.tool_parser,
-            base_url=_base_url(server),
-        )
-        sessions[session_uuid] = session
-        return {
-            "uuid": session_uuid,
-            "model_name": state["model_name"],
-            "tool_parser": request.tool_parser,
-            "base_url": session.base_url,
-            "created_at": session.created_at,
-        }
-
-    @app.get("/sessions")
-    async def list_sessions():
-        return {
-            "sessions": [
-                {
-                    "uuid": s.uuid,
-                    "model_name": s.model_name,
-                    "base_url": s.base_url,
-                    "created_at": s.created_at,
-                    "last_accessed": s.last_accessed,
-                    "num_nodes": len(_nodes_of(s.managed_server)),
-                }
-                for s in sessions.values()
-            ]
-        }
-
-    @app.post("/{session_uuid}/v1/chat/completions")
-    async def chat_completions(session_uuid: str, request: ChatCompletionProxyRequest):
-        session = _session(session_uuid)
-        if not request.messages:
-            raise _ProxyError(400, "messages must not be empty")
-        kwargs = request.model_dump(exclude_none=True)
-        kwargs["messages"] = [m.model_dump(exclude_none=True) for m in request.messages]
-        kwargs.pop("model", None)
-        kwargs.pop("stream", None)
-        result = await _run(session, lambda: session.managed_server.chat_completion(**kwargs))
-        choices = []
-        for choice in result.choices:
-            message: dict[str, Any] = {"role": choice.message.role, "content": choice.message.content}
-            if choice.message.tool_calls:
-                message["tool_calls"] = [
-                    call if isinstance(call, dict) else call.model_dump()
-                    for call in choice.message.tool_calls
-                ]
-            choices.append({"index": choice.index, "message": message, "finish_reason": choice.finish_reason})
-        return {
-            "id": f"chatcmpl-{uuid_lib.uuid4().hex[:12]}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": state["model_name"],
-            "choices": choices,
-            "nodes": _nodes_of(session.managed_server),
-        }
-
-    @app.post("/{session_uuid}/v1/completions")
-    async def completions(session_uuid: str, request: CompletionProxyRequest):
-        session = _session(session_uuid)
-        kwargs = request.model_dump(exclude_none=True)
-        kwargs.pop("model", None)
-        kwargs.pop("stream", None)
-        result = await _run(session, lambda: session.managed_server.completion(**kwargs))
-        return {
-            "id": f"cmpl-{uuid_lib.uuid4().hex[:12]}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": state["model_name"],
-            "choices": [
-                {"index": c.index, "text": c.text, "finish_reason": c.finish_reason, "logprobs": None}
-                for c in result.choices
-            ],
-            "nodes": _nodes_of(session.managed_server),
-        }
-
-    @app.post("/{session_uuid}/v1/logprobs")
-    async def logprobs(session_uuid: str, request: LogprobsProxyRequest):
-        session = _session(session_uuid)
-        kwargs = request.model_dump(exclude_none=True)
-        if request.messages is not None:
-            kwargs["messages"] = [m.model_dump(exclude_none=True) for m in request.messages]
-        if not any(k in kwargs for k in ("messages", "prompt", "input_ids")):
-            raise _ProxyError(400, "one of messages, prompt or input_ids is required")
-        kwargs.pop("model", None)
-        return await _run(session, lambda: session.managed_server.get_logprobs(**kwargs))
-
-    @app.post("/{session_uuid}/v1/chat/completions/render")
-    async def render_prompt(session_uuid: str, request: ChatCompletionProxyRequest):
-        session = _session(session_uuid)
-        messages = [m.model_dump(exclude_none=True) for m in request.messages]
-        try:
-            if request.tools:
-                if session.translator is None:
-                    from atroposlib.envs.server_handling.tool_call_translator import ToolCallTranslator
-
-                    session.translator = ToolCallTranslator(
-                        tokenizer=tokenizer, parser_name=session.tool_parser
-                    )
-                messages = session.translator.convert_messages_for_template(messages)
-            template_kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": True}
-            if request.tools:
-                template_kwargs["tools"] = request.tools
-            prompt_text = tokenizer.apply_chat_template(messages, **template_kwargs)
-        except Exception as exc:
-            raise _ProxyError(400, f"failed to render prompt: {exc}") from exc
-        token_ids = list(tokenizer.encode(prompt_text, add_special_tokens=False))
-        return {"prompt_text": prompt_text, "token_ids": token_ids, "num_tokens": len(token_ids)}
-
-    @app.get("/{session_uuid}/nodes")
-    async def get_nodes(session_uuid: str):
-        return {"nodes": _nodes_of(_session(session_uuid).managed_server)}
-
-    @app.delete("/{session_uuid}")
-    async def delete_session(session_uuid: str):
-        session = sessions.pop(session_uuid, None)
-        if session is None:
-            raise _ProxyError(404, f"session {session_uuid} not found")
-        session.managed_server.reset()
-        return {"status": "deleted", "uuid": session_uuid}
-
+    app.state.proxy = ProxyState(server_manager, tokenizer, model_name, session_ttl_s)
+    app.add_exception_handler(_ProxyError, _proxy_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.include_router(router)
     return app
 
 
