@@ -7,9 +7,9 @@ applies the content rules. The stored form is the group's compact JSON with ever
 table in order (missing optionals ``null``): what ``/batch``, ``/latest_example`` and
 ``/inspect/recent`` return.
 
-When the typed decode fails, the original's pydantic model decides: it phrases the 422 errors,
-and it accepts the lax coercions the original accepted (compat: ``1.0`` or ``"2"`` for an int),
-whose values are then checked and stored the same way.
+When the typed decode fails, the pydantic model of :mod:`atroposlib.api.schemas` decides: it
+phrases the 422 errors, and it accepts lax coercions (compat: the original accepted ``1.0`` or
+``"2"`` for an int), whose values are then checked and stored the same way.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def decode_model(model: type, body: bytes) -> Any:
 
 
 def _messages_complete(messages: list[list[dict[str, Any]]] | None) -> bool:
-    """The original's message rule (each message has ``role`` and ``content``); pydantic phrases a failure."""
+    """Whether every message has ``role`` and ``content`` (compat: the original's rule; pydantic phrases a failure)."""
     if messages is None:
         return True
     return all("role" in m and "content" in m for conversation in messages for m in conversation)

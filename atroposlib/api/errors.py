@@ -25,9 +25,6 @@ class InvalidRequest(Exception):
         super().__init__(errors[0]["msg"] if errors else "invalid request")
         self.errors = errors[:MAX_ERRORS]
 
-    def __reduce__(self):  # rebuilt from the errors, not the message (decode workers pickle it)
-        return (InvalidRequest, (self.errors,))
-
 
 def error(kind: str, loc: Sequence[Any], msg: str, **extra: Any) -> dict[str, Any]:
     """One FastAPI-style error dict."""

@@ -1,10 +1,10 @@
 """Index-level cores of the batching algorithms.
 
-These work on plain group sizes (number of sequences per group) and return indices into the
-queue, so the server can run them over its lightweight queue metadata without touching group
-data. ``atroposlib.api.utils`` wraps them with the original dict-based signatures; the index
-semantics (greedy-then-DP subset search, pack-to-the-largest-group, minimum allocations) are
-exactly those of atroposlib 0.4.0, quirks included.
+These work on group sizes (number of sequences per group) and return indices into the queue,
+so the server can run them over its queue metadata without touching group data.
+``atroposlib.api.utils`` wraps them with dict-based signatures. compat: the index semantics
+(greedy-then-DP subset search, pack-to-the-largest-group, minimum allocations) are exactly those
+of atroposlib 0.4.0, quirks included.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``app`` is the module-level application that ``run-api`` (and ``uvicorn atroposlib.api:app``)
 serves; :func:`create_app` builds one for a given :class:`~atroposlib.api.config.ApiConfig`. The
-routes live on two module-level routers: :data:`router` (the original's endpoints) and
+routes live on two module-level routers: :data:`router` (compat: the original's endpoints, paths, fields and status strings) and
 :data:`additions` (acknowledgement, inspection, health, metrics). Behaviour lives in
 :mod:`atroposlib.api.state`; request bodies are decoded by :mod:`atroposlib.api.decode`.
 
@@ -79,7 +79,7 @@ def _metrics(request: Request) -> ApiMetrics:
     return request.app.state.metrics
 
 
-# ---------------------------------------------------------------------------------- the original's routes
+# ---------------------------------------------------------------------------------- compatible routes
 
 
 @router.get("/")

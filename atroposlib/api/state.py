@@ -1,20 +1,17 @@
 """The trajectory API's state machine: registration, env registry, queue, buffers and batches.
 
-:class:`TrajectoryState` implements every endpoint's semantics (those of atroposlib 0.4.0 plus
-the documented additions) over a metadata mirror held in memory, and writes every change
-through a :class:`~atroposlib.api.store.Store` in one transaction per call. Group data never
-enters the mirror: it is read from the store when a batch is served.
+:class:`TrajectoryState` implements every endpoint's semantics over a metadata mirror held in
+memory, and writes every change through a :class:`~atroposlib.api.store.Store` in one
+transaction per call. Group data never enters the mirror: it is read from the store when a batch
+is served.
 
 The methods are synchronous and must be called from one thread (the event loop): a call never
 interleaves with another, so each request is atomic.
 
-Deliberate differences from the original (see CONFIG.md, "Trajectory API"):
-
-- ``/register`` always initialises a server that is not registered (the original skipped
-  initialisation once scored data had arrived first, leaving ``/info`` at -1 for good). Groups
-  that arrived before registration are kept.
-- ``/batch`` after ``/reset_data`` answers like ``/batch`` before registration (the original
-  raised a 500).
+- ``/register`` initialises a server that is not registered; groups that arrived before
+  registration are kept. compat: the original skipped initialisation once scored data had
+  arrived first (see CONFIG.md, "Trajectory API").
+- ``/batch`` after ``/reset_data`` answers like ``/batch`` before registration.
 - Served batches are remembered until acknowledged (``/batch/ack``) so ``/batch/replay`` can
   serve them again; only the newest ``max_unacked_batches`` are kept.
 """
@@ -221,7 +218,7 @@ class TrajectoryState:
         }
 
     def disconnect_env(self, env_id: int) -> dict[str, Any]:
-        """Mark an env disconnected; the original's failure body for a bad id."""
+        """Mark an env disconnected; ``{"status": "failure", "error": ...}`` for a bad id (compat)."""
         if not self.meta.registered:
             return {"status": "failure", "error": NOT_REGISTERED_MESSAGE}
         if env_id < 0:
@@ -479,7 +476,7 @@ class TrajectoryState:
     def reset(self) -> None:
         """``GET /reset_data``: drop queue, buffers, batches, envs and registration.
 
-        Kept, as in the original: ``max_token_len``, ``checkpoint_dir``,
+        Kept (compat: as the original does): ``max_token_len``, ``checkpoint_dir``,
         ``save_checkpoint_interval`` and the latest example. Ids are never reused.
         """
         old = self.meta

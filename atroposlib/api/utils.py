@@ -1,4 +1,4 @@
-"""The trajectory API's batching algorithms, with the signatures of atroposlib 0.4.0.
+"""The trajectory API's batching algorithms (compat: the names and signatures of atroposlib 0.4.0).
 
 Every function takes groups as dicts; a group's size is ``len(group["tokens"])`` (its number of
 sequences). The grabbers return ``(batch, new_queue)``: on success the batch (a list of groups)

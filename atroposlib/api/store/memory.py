@@ -1,4 +1,4 @@
-"""The in-memory store (``--store memory``): the original's behaviour, nothing survives exit.
+"""The in-memory store (``--store memory``): nothing survives exit (compat: the original's behaviour).
 
 Implements the same interface as :class:`atroposlib.api.store.SqliteStore`; group data is kept
 as its stored JSON (bytes) rather than as Python objects.
