@@ -457,3 +457,21 @@ def test_registration_schema_errors_are_fastapi_422(url):
     env_body = env_registration(weight=None)
     started(url)
     assert requests.post(f"{url}/register-env", json=env_body, timeout=TIMEOUT).status_code == 422
+
+
+def test_third_party_trainer_registers_with_null_or_missing_wandb_names(url):
+    """Axolotl's plugin posts ``wandb_project: null`` by default (and may leave the group out)."""
+    body = registration()
+    body["wandb_project"] = None
+    del body["wandb_group"]
+    response = requests.post(f"{url}/register", json=body, timeout=TIMEOUT)
+    assert response.status_code == 200, response.text
+    assert isinstance(response.json()["uuid"], int)
+    assert get(url, "/wandb_info").json() == {"group": None, "project": None}
+    assert get(url, "/info").json() == {
+        "batch_size": body["batch_size"],
+        "max_token_len": body["max_token_len"],
+    }
+    get(url, "/batch")
+    env = requests.post(f"{url}/register-env", json=env_registration(), timeout=TIMEOUT).json()
+    assert env["status"] == "success"
