@@ -1,6 +1,6 @@
 """Capacity of one trajectory API: many environments posting, one trainer pulling, for a fixed time.
 
-One ``run-api`` process (durable SQLite store, its default decode workers) on loopback. The load:
+One ``run-api`` process (durable SQLite store, defaults) on loopback. The load:
 
 - ``--clients`` simulated environments (default 64), each registered with ``POST /register-env`` and
   posting groups to ``/scored_data`` back to back over its own keep-alive connection, gzipped as the
@@ -15,7 +15,7 @@ Reported over the ``--duration`` seconds after ``--warmup``:
 - sequences (and tokens) per second accepted and served;
 - queue latency: from a group's ``200`` to the trainer receiving the batch holding it (p50/p90/p99);
 - post latency (one ``/scored_data`` round trip) and the number of 503 answers;
-- the API's resident memory (its decode workers included): at start, peak, end; its CPU time per
+- the API's resident memory: at start, peak, end; its CPU time per
   1,000 sequences and per million tokens.
 
 Each client and the trainer run in this process (asyncio), which shares the machine with the API:
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=30.0, help="measured seconds")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds before measuring")
     parser.add_argument("--store", choices=["sqlite", "memory"], default="sqlite")
-    parser.add_argument("--api-args", default="", help="extra run-api flags, e.g. '--decode-workers 0'")
+    parser.add_argument("--api-args", default="", help="extra run-api flags, e.g. '--max-queue-sequences 0'")
     parser.add_argument("--json-out", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     if args.batch_size % args.group_size:
