@@ -1,19 +1,7 @@
 """Where the trajectory API keeps its state: the store interface, SQLite (durable) and memory."""
 
-from atroposlib.api.store.base import (
-    BATCH_PENDING,
-    BATCH_SERVED,
-    LOC_BATCH,
-    LOC_BUFFER,
-    LOC_QUEUE,
-    LOC_RETIRED,
-    BatchRow,
-    GroupRow,
-    Snapshot,
-    Store,
-    StoreError,
-    Transaction,
-)
+from atroposlib.api.store import base
+from atroposlib.api.store.base import *  # noqa: F403 - the interface is this package's interface
 from atroposlib.api.store.memory import MemoryStore
 from atroposlib.api.store.payload_log import PayloadError
 from atroposlib.api.store.sqlite import (
@@ -25,23 +13,12 @@ from atroposlib.api.store.sqlite import (
 )
 
 __all__ = [
-    "BATCH_PENDING",
-    "BATCH_SERVED",
+    *base.__all__,
     "DB_FILENAME",
-    "LOC_BATCH",
-    "LOC_BUFFER",
-    "LOC_QUEUE",
-    "LOC_RETIRED",
     "PAYLOAD_DIRNAME",
     "SCHEMA_VERSION",
     "STORAGE_ERRORS",
-    "BatchRow",
-    "GroupRow",
     "MemoryStore",
     "PayloadError",
-    "Snapshot",
     "SqliteStore",
-    "Store",
-    "StoreError",
-    "Transaction",
 ]

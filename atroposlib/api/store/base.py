@@ -12,6 +12,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+__all__ = [
+    "BATCH_PENDING", "BATCH_SERVED", "LOC_BATCH", "LOC_BUFFER", "LOC_QUEUE", "LOC_RETIRED",
+    "BatchRow", "GroupRow", "Snapshot", "Store", "StoreError", "Transaction",
+]  # fmt: skip
+
 LOC_QUEUE, LOC_BUFFER, LOC_BATCH, LOC_RETIRED = 0, 1, 2, 3
 BATCH_PENDING, BATCH_SERVED = 0, 1
 
