@@ -28,7 +28,9 @@ from tests.inference.helpers import (
     served_prompt_logprobs,
 )
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# One manager serves the whole module and the tests build on each other's refreshes (launch counts, pids):
+# under pytest-xdist they all run on one worker.
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("vllm_refresh_modes")]
 
 API_KEY = "inference-test-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
