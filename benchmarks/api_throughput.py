@@ -487,7 +487,9 @@ def report(results: Results, names: list[str], levels: list[int]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="Fewer requests and rounds (about a minute).")
-    parser.add_argument("--concurrency", default="1,4,8,16", help="Comma-separated ingest concurrency levels.")
+    parser.add_argument(
+        "--concurrency", default="1,4,8,16", help="Comma-separated ingest concurrency levels."
+    )
     parser.add_argument("--rounds", type=int, default=None, help="Alternating rounds per measurement.")
     parser.add_argument("--requests", type=int, default=None, help="Ingest requests per measurement.")
     parser.add_argument("--batches", type=int, default=None, help="/batch calls timed per server.")
