@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from atroposlib.testing.api_process import free_port  # noqa: E402
 from atroposlib.testing.tiny_model import build_tiny_model  # noqa: E402
 from example_trainer.vllm_manager import VllmManager, VllmManagerConfig  # noqa: E402
-from tests.inference.helpers import (  # noqa: E402
+from tests.helpers.inference import (  # noqa: E402
     assert_close,
     hf_prompt_logprobs,
     make_adapter,

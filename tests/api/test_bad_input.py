@@ -8,7 +8,7 @@ import json
 import pytest
 import requests
 
-from tests.api.helpers import TIMEOUT, env_registration, get, group, post_group, register
+from tests.helpers.api import TIMEOUT, env_registration, get, group, post_group, register
 
 
 def snapshot(url):

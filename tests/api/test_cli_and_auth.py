@@ -14,7 +14,7 @@ import requests
 
 from atroposlib.api.config import ApiConfig, is_loopback
 from atroposlib.testing.api_process import free_port, launch_api
-from tests.api.helpers import TIMEOUT, get, group, post_group, register
+from tests.helpers.api import TIMEOUT, get, group, post_group, register
 
 RUN_API = [sys.executable, "-m", "atroposlib.cli.run_api"]
 

@@ -11,7 +11,7 @@ import json
 
 import requests
 
-from tests.api.helpers import TIMEOUT, env_registration, get, group, post_group, register, registration
+from tests.helpers.api import TIMEOUT, env_registration, get, group, post_group, register, registration
 
 # ------------------------------------------------------------------ readiness, root, info
 

@@ -19,7 +19,7 @@ from atroposlib.api.decode import _lax_group, decode_group, decode_group_list
 from atroposlib.api.errors import InvalidRequest
 from atroposlib.api.schemas import ScoredData
 from atroposlib.group import FIELD_NAMES, FIELDS, Kind
-from tests.api.helpers import random_group
+from tests.helpers.api import random_group
 
 FLOAT_FIELDS = {f.name for f in FIELDS if f.kind in (Kind.FLOATS, Kind.FLOAT_MATRIX, Kind.FLOAT_CUBE)}
 

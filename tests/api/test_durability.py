@@ -13,7 +13,7 @@ import orjson
 import requests
 
 from atroposlib.testing.api_process import free_port, launch_api
-from tests.api.helpers import TIMEOUT, env_registration, get, group, post_group, register
+from tests.helpers.api import TIMEOUT, env_registration, get, group, post_group, register
 
 
 def marker(batch):

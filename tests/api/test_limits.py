@@ -15,7 +15,7 @@ import requests
 from atroposlib.api.limits import BodyTooLarge, InvalidGzip, inflate_gzip, is_json_content_type
 from atroposlib.group import FIELD_NAMES
 from atroposlib.testing.api_process import launch_api
-from tests.api.helpers import TIMEOUT, env_registration, get, group, post_group, register, registration
+from tests.helpers.api import TIMEOUT, env_registration, get, group, post_group, register, registration
 
 MAX_BODY = 4096
 MAX_INFLATED = 16384

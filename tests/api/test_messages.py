@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.api.helpers import TIMEOUT, get, group, post_group, register
+from tests.helpers.api import TIMEOUT, get, group, post_group, register
 
 MESSAGE_ERROR = "Value error, Message must have 'role' and 'content' fields"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import requests
 
-from tests.api.helpers import TIMEOUT, env_registration, get, group, post_group, register
+from tests.helpers.api import TIMEOUT, env_registration, get, group, post_group, register
 
 
 def test_health(url):

@@ -16,7 +16,7 @@ from atroposlib.api.server import create_app
 from atroposlib.api.state import TrajectoryState
 from atroposlib.api.store import DB_FILENAME, PAYLOAD_DIRNAME, SCHEMA_VERSION, SqliteStore
 from atroposlib.api.store.payload_log import PayloadError, PayloadLog
-from tests.api.helpers import registration
+from tests.helpers.api import registration
 from tests.api.test_state import grp, put, reg, served_markers
 
 REGISTRATION = registration()

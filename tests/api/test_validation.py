@@ -13,7 +13,7 @@ from atroposlib.api.decode import _lax_group, decode_group, decode_group_list
 from atroposlib.api.errors import InvalidRequest
 from atroposlib.api.schemas import ScoredData
 from atroposlib.group import FIELD_NAMES
-from tests.api.helpers import random_group
+from tests.helpers.api import random_group
 
 
 def body(**fields):

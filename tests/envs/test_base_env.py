@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, ScoredDataGroup, ServerBaseline
-from tests.envs.sample_envs import CountingEnv, CountingEnvConfig, SingleRolloutEnv
+from tests.helpers.sample_envs import CountingEnv, CountingEnvConfig, SingleRolloutEnv
 
 
 def make_env(tiny_model_dir, tmp_path, cls=CountingEnv, testing=True, servers=None, **cfg):

@@ -13,7 +13,7 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.process_mode import ProcessModeError
 from atroposlib.testing.scripted_server import launch_scripted_server
-from tests.envs.sample_envs import CountingEnv, CountingEnvConfig
+from tests.helpers.sample_envs import CountingEnv, CountingEnvConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

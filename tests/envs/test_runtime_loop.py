@@ -10,8 +10,8 @@ import requests
 
 from atroposlib.envs.base import ServerBaseline
 from atroposlib.testing.api_process import launch_api
-from tests.envs.sample_envs import CountingEnv, CountingEnvConfig
-from tests.envs.serve_helpers import Trainer
+from tests.helpers.sample_envs import CountingEnv, CountingEnvConfig
+from tests.helpers.serve import Trainer
 
 
 class GatedSendEnv(CountingEnv):

@@ -19,7 +19,7 @@ from atroposlib.envs.eval import (
     pass_at_k,
 )
 
-from .http_stub import MODEL, run_stub
+from tests.helpers.http_stub import MODEL, run_stub
 
 
 def brute_pass_at_k(m: int, c: int, k: int) -> float:

@@ -9,7 +9,7 @@ import pytest
 
 from atroposlib.utils.io import parse_http_response
 
-from .http_stub import run_stub
+from tests.helpers.http_stub import run_stub
 
 
 @pytest.fixture(scope="module")

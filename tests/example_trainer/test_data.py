@@ -19,7 +19,7 @@ from example_trainer.data import (
     sequence_temperature,
     split_stale_groups,
 )
-from tests.trainer.helpers import make_group
+from tests.helpers.trainer import make_group
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import torch
 from atroposlib.testing.api_process import free_port
 from example_trainer.config import TrainingConfig
 from example_trainer.trainers import train
-from tests.trainer.helpers import post_groups as _post_groups
+from tests.helpers.trainer import post_groups as _post_groups
 
 PROMPT_IDS = [5, 17, 33, 60, 7, 101]
 

@@ -20,7 +20,7 @@ from example_trainer.demo import (
     format_final_line,
 )
 from example_trainer.demo_processes import ServiceProcess, still_running
-from tests.envs.serve_helpers import wait_for
+from tests.helpers.serve import wait_for
 
 FINAL_LINE = re.compile(r"^held-out accuracy: \d\.\d\d -> \d\.\d\d \(\d+ steps, \d+ s\)$")
 

@@ -1,10 +1,10 @@
-"""Fixtures for the tool tests: the tiny tokenizer and groups built from tests/tools/fixtures."""
+"""Fixtures for the tool tests: the tiny tokenizer and groups built from tests/cli/fixtures."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.tools.helpers import fixture_groups, write_jsonl
+from tests.helpers.cli_tools import fixture_groups, write_jsonl
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import pytest
 
 from atroposlib.cli._tooling.errors import ToolError
 from atroposlib.cli._tooling.sources import JsonlGroupFile, Problems, group_problem, read_jsonl_groups
-from tests.tools.helpers import FIXTURES
+from tests.helpers.cli_tools import FIXTURES
 
 
 def test_malformed_fixture_lines_are_skipped_with_reasons():

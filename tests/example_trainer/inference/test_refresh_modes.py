@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.envs.serve_helpers import wait_for
-from tests.inference.helpers import (
+from tests.helpers.serve import wait_for
+from tests.helpers.inference import (
     assert_close,
     assert_differs,
     hf_prompt_logprobs,

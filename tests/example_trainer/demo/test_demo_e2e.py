@@ -22,7 +22,7 @@ from example_trainer.demo_processes import still_running
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 FINAL_LINE = re.compile(r"^held-out accuracy: (\d\.\d\d) -> (\d\.\d\d) \((\d+) steps, (\d+) s\)$")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _demo_cmd(tmp_path: Path, *extra: str) -> list[str]:

@@ -12,7 +12,7 @@ from atroposlib.cli._tooling.images import decode_image, group_images, text_prom
 from atroposlib.cli._tooling.render import build_display, histogram_svg, render_group, score_colors
 from atroposlib.cli._tooling.sources import GroupRecord
 from atroposlib.cli._tooling.store import GroupStore, navigate
-from tests.tools.helpers import png_data, png_data_uri
+from tests.helpers.cli_tools import png_data, png_data_uri
 
 
 def test_display_prompt_once_sorted_completions_and_trained_spans(groups, tiny_tokenizer):

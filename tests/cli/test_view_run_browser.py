@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from atroposlib.testing.api_process import free_port
-from tests.tools.helpers import (
+from tests.helpers.cli_tools import (
     BROWSER_ARGS,
     CHROMIUM,
     LiveRun,
@@ -232,7 +232,7 @@ def test_view_run_consume_grabs_a_batch_on_request(tmp_path, page, api, tiny_mod
 
 
 def test_view_run_bad_input_exits_with_a_message(tmp_path):
-    from tests.tools.helpers import run_tool
+    from tests.helpers.cli_tools import run_tool
 
     proc = run_tool("view_run", "--jsonl", tmp_path / "missing.jsonl", "--tokenizer", "none")
     assert proc.returncode == 1 and "does not exist" in proc.stderr

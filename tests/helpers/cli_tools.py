@@ -10,7 +10,7 @@ from typing import Any
 
 import requests
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "cli" / "fixtures"
 GROUP_KEYS = (
     "tokens", "masks", "scores", "advantages", "ref_logprobs", "messages", "generation_params",
     "inference_logprobs", "overrides", "group_overrides", "images", "env_id", "distill_token_ids",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 
 from atroposlib.cli.view_run import DEFAULT_PORT, build_parser
-from tests.tools.helpers import run_tool
+from tests.helpers.cli_tools import run_tool
 
 
 def test_default_port_is_free_of_the_other_defaults_and_shown_in_help():

@@ -11,7 +11,7 @@ import json
 import pytest
 import requests
 
-from tests.inference.helpers import PROMPT_IDS, assert_close, hf_prompt_logprobs, served_prompt_logprobs
+from tests.helpers.inference import PROMPT_IDS, assert_close, hf_prompt_logprobs, served_prompt_logprobs
 
 pytestmark = pytest.mark.vllm
 

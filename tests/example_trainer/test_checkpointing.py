@@ -21,7 +21,7 @@ from example_trainer.config import TrainingConfig
 from example_trainer.data import prepare_batch
 from example_trainer.model import load_model_and_tokenizer, trainable_parameters
 from example_trainer.training import create_optimizer, run_training_step
-from tests.trainer.helpers import make_group
+from tests.helpers.trainer import make_group
 
 
 def _config(tiny_model_dir, tmp_path, **kw):

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from atroposlib.testing.api_process import free_port
-from tests.tools.helpers import LiveRun, ToolProcess, fixture_groups, read_wandb_records
+from tests.helpers.cli_tools import LiveRun, ToolProcess, fixture_groups, read_wandb_records
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
@@ -127,7 +127,7 @@ def test_watcher_waits_for_an_unreachable_api_and_stops_cleanly(tmp_path):
 
 
 def test_watcher_rejects_bad_flags(tmp_path):
-    from tests.tools.helpers import run_tool
+    from tests.helpers.cli_tools import run_tool
 
     proc = run_tool(
         "inference_node_wandb_watcher", "--api_addr", "http://127.0.0.1:1", "--tp", "0", "--node_num", "1"

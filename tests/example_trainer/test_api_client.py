@@ -15,7 +15,7 @@ from example_trainer.api import (
     registration_payload,
 )
 from example_trainer.config import TrainingConfig
-from tests.trainer.helpers import make_group
+from tests.helpers.trainer import make_group
 
 
 def _config(url: str, **kw) -> TrainingConfig:

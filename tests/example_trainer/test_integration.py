@@ -20,7 +20,7 @@ from example_trainer.checkpointing import read_trainer_state
 from example_trainer.config import TrainingConfig
 from example_trainer.reporting import read_metrics
 from example_trainer.trainers import train
-from tests.trainer.helpers import post_groups as _post_groups
+from tests.helpers.trainer import post_groups as _post_groups
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -28,7 +28,7 @@ from example_trainer.distributed import (
     shard_bounds,
 )
 from example_trainer.reporting import read_metrics
-from tests.trainer.helpers import make_group, post_groups
+from tests.helpers.trainer import make_group, post_groups
 
 REPO = Path(__file__).resolve().parents[2]
 

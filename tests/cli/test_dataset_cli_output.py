@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tools.helpers import free_port_url, run_tool
+from tests.helpers.cli_tools import free_port_url, run_tool
 
 
 def _lines(stderr: str) -> list[str]:
