@@ -7,7 +7,7 @@ small modules, composed here behind the names of atroposlib 0.4.0:
 * :mod:`atroposlib.envs.runtime` - the ``serve`` loop (registration, scheduling, workers, shutdown);
 * :mod:`atroposlib.envs.sending` - ``handle_send_to_api`` (validation, JSONL copy, delivery);
 * :mod:`atroposlib.envs.api_client` - HTTP to the trajectory API (backpressure, retries, spill file);
-* :mod:`atroposlib.envs.process_mode` - ``process`` and ``evaluate``;
+* :mod:`atroposlib.envs.cli.process` - ``process`` and ``evaluate``;
 * :mod:`atroposlib.envs.wandb_logging` - wandb runs, metrics, evaluation files;
 * :mod:`atroposlib.envs.scheduling`, :mod:`~atroposlib.envs.group_validation`,
   :mod:`~atroposlib.envs.group_assembly` - the pure arithmetic and checks behind them.
@@ -23,12 +23,12 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from atroposlib.envs.cli.process import OfflineModesMixin
 from atroposlib.envs.constants import ENV_NAMESPACE, NAMESPACE_SEP, OPENAI_NAMESPACE
 from atroposlib.envs.env_config import BaseEnvConfig, resolve_tokenizer_name
 from atroposlib.envs.group_assembly import assemble_group
 from atroposlib.envs.groups import EvalHandlingEnum, ScoredDataGroup, ScoredDataItem
 from atroposlib.envs.jsonl_sink import JsonlWriter, first_free_path
-from atroposlib.envs.process_mode import OfflineModesMixin
 from atroposlib.envs.runtime import ServeRuntimeMixin
 from atroposlib.envs.scheduling import derived_batch_size as _derived_batch_size
 from atroposlib.envs.scheduling import resolve_max_num_workers

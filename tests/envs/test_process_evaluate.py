@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from atroposlib.envs.base import APIServerConfig
-from atroposlib.envs.process_mode import ProcessModeError
+from atroposlib.envs.cli.process import ProcessModeError
 from atroposlib.testing.scripted_server import launch_scripted_server
 from tests.helpers.sample_envs import CountingEnv, CountingEnvConfig
 
@@ -121,7 +121,7 @@ def test_process_subcommand_through_cli_shows_progress(tiny_model_dir, tmp_path,
     out = tmp_path / "cli" / "groups.jsonl"
     cmd = [
         sys.executable,
-        str(REPO / "tests" / "envs" / "sample_envs.py"),
+        str(REPO / "tests" / "helpers" / "sample_envs.py"),
         "process",
         "--env.tokenizer_name",
         str(tiny_model_dir),

@@ -4,7 +4,7 @@
 sleeps ``rollout_delay`` and invents answers), tokenises prompt+answer with the real tokenizer and scores
 the rollouts so that scores differ. Knobs make it misbehave in controlled ways.
 
-Run directly (no CLI layering): ``python tests/envs/sample_envs.py direct-serve CONFIG_JSON SERVERS_JSON``;
+Run directly (no CLI layering): ``python tests/helpers/sample_envs.py direct-serve CONFIG_JSON SERVERS_JSON``;
 anything else goes through ``CountingEnv.cli()``.
 """
 

@@ -16,7 +16,7 @@ from typing import Any
 import requests
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLE_ENV = REPO / "tests" / "envs" / "sample_envs.py"
+SAMPLE_ENV = REPO / "tests" / "helpers" / "sample_envs.py"
 
 
 def wait_for(

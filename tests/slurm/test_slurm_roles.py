@@ -25,7 +25,7 @@ from atroposlib.cli.slurm_roles import (
     external_server_urls,
     plan,
 )
-from atroposlib.envs.cli_config import load_yaml_config
+from atroposlib.envs.cli.config import load_yaml_config
 from atroposlib.envs.server_handling.slurm_discovery import slurm_inference_urls
 from atroposlib.testing.api_process import free_port
 from atroposlib.testing.responders import arithmetic_half_right, evaluate_expression

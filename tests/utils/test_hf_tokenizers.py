@@ -11,7 +11,7 @@ from atroposlib.testing.api_process import free_port
 from atroposlib.utils.hf_tokenizers import TokenizerLoadError, load_hf_tokenizer
 from tests.fixtures.cli_runs import REPO_ROOT, run_env
 
-SAMPLE_ENV = REPO_ROOT / "tests" / "envs" / "sample_envs.py"
+SAMPLE_ENV = REPO_ROOT / "tests" / "helpers" / "sample_envs.py"
 
 
 def test_local_directory_loads(tiny_model_dir):

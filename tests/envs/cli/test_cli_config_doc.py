@@ -8,7 +8,7 @@ import pytest
 from pydantic_core import PydanticUndefined
 
 from atroposlib.envs.base import APIServerConfig, BaseEnvConfig
-from atroposlib.envs.cli_values import format_default
+from atroposlib.envs.cli.values import format_default
 from atroposlib.envs.server_handling.server_manager import ServerManagerConfig
 from environments.arithmetic_server import ArithmeticEnvConfig
 from environments.gsm8k_server import GSM8kEnvConfig

@@ -8,7 +8,7 @@ from typing import Optional
 import pytest
 from pydantic import Field
 
-from atroposlib.envs.cli_config import (
+from atroposlib.envs.cli.config import (
     CliUsageError,
     build_env_config,
     load_yaml_config,

@@ -21,15 +21,15 @@ from atroposlib.envs.cli import (
     parse_command,
     run_cli,
 )
-from atroposlib.envs.cli_command import (
+from atroposlib.envs.cli.command import (
     build_command_cls,
     construct_env,
     dump_server_configs,
     ensure_wandb_usable,
     write_evaluate_config,
 )
-from atroposlib.envs.cli_config import mode_env_defaults
-from atroposlib.envs.cli_values import format_default
+from atroposlib.envs.cli.config import mode_env_defaults
+from atroposlib.envs.cli.values import format_default
 from tests.fixtures.cli_runs import NoOpHooks
 
 MODES = ["serve", "process", "evaluate"]

@@ -12,8 +12,8 @@ from atroposlib.envs.env_config import FALLBACK_TOKENIZER, BaseEnvConfig, resolv
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ServerBaseline
 from environments.arithmetic_server import ArithmeticEnv
 from environments.gsm8k_server import GSM8kEnv
-from tests.helpers.sample_envs import CountingEnv, CountingEnvConfig
 from tests.fixtures.cli_runs import ENVIRONMENTS, LEGACY_ENVS, run_env
+from tests.helpers.sample_envs import CountingEnv, CountingEnvConfig
 
 
 def _legacy_env(file_name: str, class_name: str):
@@ -66,7 +66,7 @@ def test_legacy_env_setting_tokenizer_in_config_init_keeps_it():
 
 def test_help_says_the_default_is_the_served_model():
     from atroposlib.envs.cli import build_parser
-    from atroposlib.envs.cli_command import build_command_cls
+    from atroposlib.envs.cli.command import build_command_cls
 
     parser = build_parser(GSM8kEnv, {"process": build_command_cls(GSM8kEnv, "process")})
     sub = parser._subparsers._group_actions[0].choices["process"]

@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 
 import pytest
 
-from atroposlib.envs.cli_values import describe_type, format_default, is_bool_annotation, make_value_parser
+from atroposlib.envs.cli.values import describe_type, format_default, is_bool_annotation, make_value_parser
 from atroposlib.envs.groups import EvalHandlingEnum
 
 

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from atroposlib.envs.cli_config import (
+from atroposlib.envs.cli.config import (
     ENV_KEY,
     MANAGER_KEYS,
     OPENAI_KEY,
@@ -359,7 +359,7 @@ async def _evaluate(env: Any) -> None:
 def _run_offline(main: Any) -> None:
     """``asyncio.run(main)`` for ``process``/``evaluate``: a down inference server, or items that keep failing,
     end the run with a one-line :class:`CliRunError`."""
-    from atroposlib.envs.process_mode import ProcessModeError
+    from atroposlib.envs.cli.process import ProcessModeError
     from atroposlib.envs.server_handling.errors import ServerUnavailableError
 
     async def with_quiet_siblings() -> Any:

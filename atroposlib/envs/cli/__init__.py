@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from atroposlib.envs.cli_command import (
+from atroposlib.envs.cli.command import (
     CONFIG_FIELD,
     ENV_PREFIX,
     OPENAI_PREFIX,
@@ -35,8 +35,8 @@ from atroposlib.envs.cli_command import (
     ResolvedRun,
     build_command_cls,
 )
-from atroposlib.envs.cli_config import MODES, CliUsageError, format_validation_error
-from atroposlib.envs.cli_values import describe_type, format_default, is_bool_annotation, make_value_parser
+from atroposlib.envs.cli.config import MODES, CliUsageError, format_validation_error
+from atroposlib.envs.cli.values import describe_type, format_default, is_bool_annotation, make_value_parser
 
 __all__ = [
     "CliCommand",
@@ -64,7 +64,7 @@ _MODE_HELP = {
 
 
 def get_cli_serve_config_cls(env_cls: type) -> type[CliCommand]:
-    """The ``serve`` subcommand model for ``env_cls`` (see :mod:`atroposlib.envs.cli_command`)."""
+    """The ``serve`` subcommand model for ``env_cls`` (see :mod:`atroposlib.envs.cli.command`)."""
     return build_command_cls(env_cls, "serve")
 
 
