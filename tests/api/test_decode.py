@@ -117,6 +117,11 @@ TAKEN = {
         b'{"tokens":[[0,1,-12,123,-1234,12345,123456,1234567,-12345678,123456789,1234567890],'
         b' [ 9 , 98 ,\n987 ]], "masks" :[[1,2,3,4,5,6,7,8,9,10,11],[-100, -100,-100]],"scores":[0,0]}'
     ),
+    "ten-digit numbers in range, -0 in a mask row, tabs and carriage returns": (
+        b'{"tokens":[[1234567890,-2147483648],\t[2147483647]],\r\n'
+        b'"masks":[[-0, -100],[\t-0\r]],"scores":[0,1]}'
+    ),
+    "many rows of one number": body(tokens=[[i] for i in range(40)], masks=[[-100]] * 40, scores=[0] * 40),
     "escapes other than a bracket": body(messages=[[{"role": "user", "content": 'caf\u00e9\n\t"q"'}]]),
     "every optional field": body(
         advantages=[[0.5, 1], []],
@@ -142,6 +147,13 @@ NESTED_ROW = b'{"tokens":[[1,[2]]],"masks":[[1,2]],"scores":[1]}'
 DECLINED = {
     "a one-item array inside a token row": NESTED_ROW,
     "a token row of one nested row": b'{"tokens":[[[1]]],"masks":[[1]],"scores":[1]}',
+    "a nested array in a later row": b'{"tokens":[[1],[[2]]],"masks":[[1],[2]],"scores":[1,1]}',
+    "a number beside the rows": b'{"tokens":[[1],2],"masks":[[1],[2]],"scores":[1,1]}',
+    "a number between the rows": b'{"tokens":[[1],3,[2]],"masks":[[1],[2]],"scores":[1,1]}',
+    "a number first, then rows": b'{"tokens":[3,[1]],"masks":[[1]],"scores":[1]}',
+    "a ten-digit token above int32": body(tokens=[[2147483648, 1], [3, 4]]),
+    "a negative ten-digit mask below int32": body(masks=[[1, -2147483649], [3, 4]]),
+    "a token of a thousand digits": body(tokens=[[1], [2]]).replace(b"[2]", b"[" + b"9" * 1000 + b"]"),
     "a one-item array inside a mask row": b'{"tokens":[[1,2]],"masks":[[[1],2]],"scores":[1]}',
     "a nested array hidden by an escaped bracket": (
         b'{"tokens":[[1,[2]]],"masks":[[1,2]],"scores":[1],'
