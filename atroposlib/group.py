@@ -13,7 +13,7 @@ fields in the order the API stores and serves them; each field says
 
 Everything that handles groups is built from the table: the environment's group and rollout
 types (:data:`ScoredDataGroup`, :data:`ScoredDataItem`), the environment-side check before a
-group is sent (:mod:`atroposlib.envs.group_validation`), the API's request schema, typed decode and
+group is sent (:mod:`atroposlib.envs.serve.group_validation`), the API's request schema, typed decode and
 stored form (:mod:`atroposlib.api.decode`), and the trainer's reading of a batch. The content
 rules live in :func:`check_group`, used by both the environment and the API; where they differ it
 is through :class:`CheckOptions`.

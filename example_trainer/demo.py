@@ -563,7 +563,7 @@ def _read_new_records(path: Path, offset: int) -> tuple[int, list[dict[str, Any]
 def _read_rollout_stats(path: Path, offset: int) -> tuple[int, list[dict[str, Any]]]:
     """The environment's ``rollout stats {json}`` log lines appended to ``path`` since byte ``offset``
     (complete lines only), as dicts; new offset."""
-    from atroposlib.envs.wandb_logging import ROLLOUT_STATS_PREFIX
+    from atroposlib.envs.serve.wandb_logging import ROLLOUT_STATS_PREFIX
 
     try:
         with open(path, "rb") as fh:

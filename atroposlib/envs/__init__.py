@@ -1,7 +1,7 @@
 """Environment library: ``from atroposlib.envs import BaseEnv, BaseEnvConfig, ScoredDataGroup``.
 
 Names are resolved lazily from :mod:`atroposlib.envs.base` so that importing a submodule (for example
-``atroposlib.envs.scheduling``) stays cheap.
+``atroposlib.envs.serve.scheduling``) stays cheap.
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
 """``BaseEnv``: the class every environment subclasses, and the names environments import from here.
 
 An environment implements ``setup``, ``get_next_item``, ``evaluate`` and either ``collect_trajectories`` (a whole
-group) or ``collect_trajectory`` (one rollout), and ends its file with ``MyEnv.cli()``. The machinery lives in
-small modules, composed here behind the names of atroposlib 0.4.0:
+group) or ``collect_trajectory`` (one rollout), and ends its file with ``MyEnv.cli()``. ``BaseEnv`` is composed
+of mixins that each do one job:
 
-* :mod:`atroposlib.envs.runtime` - the ``serve`` loop (registration, scheduling, workers, shutdown);
-* :mod:`atroposlib.envs.sending` - ``handle_send_to_api`` (validation, JSONL copy, delivery);
-* :mod:`atroposlib.envs.api_client` - HTTP to the trajectory API (backpressure, retries, spill file);
-* :mod:`atroposlib.envs.cli.process` - ``process`` and ``evaluate``;
-* :mod:`atroposlib.envs.wandb_logging` - wandb runs, metrics, evaluation files;
-* :mod:`atroposlib.envs.scheduling`, :mod:`~atroposlib.envs.group_validation`,
-  :mod:`~atroposlib.envs.group_assembly` - the pure arithmetic and checks behind them.
+* :mod:`atroposlib.envs.serve` - the ``serve`` runtime: the scheduling loop and its workers, sending groups to
+  the trajectory API, the API client, JSONL files, wandb;
+* :mod:`atroposlib.envs.cli` - the command line (``serve``, ``process``, ``evaluate``, config layering) and the
+  offline ``process``/``evaluate`` modes;
+* :mod:`atroposlib.envs.group_assembly` - one group out of single rollouts (the default
+  ``collect_trajectories``).
+
+compat: the names atroposlib 0.4.0 exported from ``atroposlib.envs.base`` (``BaseEnvConfig``,
+``ScoredDataGroup``, ``APIServerConfig``, ``ServerBaseline``, ``EvalHandlingEnum`` ...) are importable from here.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from atroposlib.envs.constants import ENV_NAMESPACE, NAMESPACE_SEP, OPENAI_NAMES
 from atroposlib.envs.env_config import BaseEnvConfig, resolve_tokenizer_name
 from atroposlib.envs.group_assembly import assemble_group
 from atroposlib.envs.groups import EvalHandlingEnum, ScoredDataGroup, ScoredDataItem
-from atroposlib.envs.jsonl_sink import JsonlWriter, first_free_path
-from atroposlib.envs.runtime import ServeRuntimeMixin
-from atroposlib.envs.scheduling import derived_batch_size as _derived_batch_size
-from atroposlib.envs.scheduling import resolve_max_num_workers
-from atroposlib.envs.sending import GroupSendingMixin, describe_item
+from atroposlib.envs.serve.jsonl_sink import JsonlWriter, first_free_path
+from atroposlib.envs.serve.runtime import ServeRuntimeMixin
+from atroposlib.envs.serve.scheduling import derived_batch_size as _derived_batch_size
+from atroposlib.envs.serve.scheduling import resolve_max_num_workers
+from atroposlib.envs.serve.sending import GroupSendingMixin, describe_item
+from atroposlib.envs.serve.wandb_logging import WandbLoggingMixin
 from atroposlib.envs.server_handling.openai_server import resolve_openai_configs
 from atroposlib.envs.server_handling.server_baseline import (
     APIServer,
@@ -43,7 +46,6 @@ from atroposlib.envs.server_handling.server_baseline import (
 from atroposlib.envs.server_handling.server_harness import ServerHarness
 from atroposlib.envs.server_handling.server_manager import ServerManager, ServerManagerConfig
 from atroposlib.envs.tokenizer_compat import ensure_token_list_chat_template
-from atroposlib.envs.wandb_logging import WandbLoggingMixin
 from atroposlib.type_definitions import UUID, Item, Message
 from atroposlib.utils.hf_tokenizers import load_hf_tokenizer
 

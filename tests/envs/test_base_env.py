@@ -298,7 +298,7 @@ def test_tokenizer_chat_template_returns_token_lists(tiny_model_dir, tmp_path):
 
 
 async def test_sent_groups_carry_the_policy_step_they_were_generated_with(tiny_model_dir, tmp_path):
-    from atroposlib.envs.sending import POLICY_STEP
+    from atroposlib.envs.serve.sending import POLICY_STEP
 
     env = make_env(tiny_model_dir, tmp_path)
     payloads = []

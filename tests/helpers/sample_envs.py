@@ -152,6 +152,13 @@ def _direct_serve(config_json: str, servers_json: str) -> None:
     asyncio.run(env.env_manager())
 
 
+def answer_plus_one(prompt, index):
+    """Answers "N+1" for "What is N+1?" on even choices, a wrong number on odd ones."""
+    text = prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
+    n = int(text.split("What is ")[1].split("+")[0])
+    return str(n + 1 if index % 2 == 0 else n + 7)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "direct-serve":
         _direct_serve(sys.argv[2], sys.argv[3])

@@ -39,7 +39,7 @@ from atroposlib.envs.cli.config import (
     single_server_defaults,
 )
 from atroposlib.envs.env_config import resolve_tokenizer_name
-from atroposlib.envs.setup_errors import EnvSetupError, run_setup, traceback_requested
+from atroposlib.envs.serve.setup_errors import EnvSetupError, run_setup, traceback_requested
 
 logger = logging.getLogger("atroposlib.envs.cli")
 

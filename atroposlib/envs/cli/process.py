@@ -11,11 +11,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from atroposlib.envs.runtime import _unpack_collect_result
-from atroposlib.envs.sending import describe_item
+from atroposlib.envs.serve.runtime import _unpack_collect_result
+from atroposlib.envs.serve.sending import describe_item
+from atroposlib.envs.serve.setup_errors import run_setup
+from atroposlib.envs.serve.wandb_logging import run_name
 from atroposlib.envs.server_handling.errors import ServerUnavailableError
-from atroposlib.envs.setup_errors import run_setup
-from atroposlib.envs.wandb_logging import run_name
 
 logger = logging.getLogger("atroposlib.envs.base")
 

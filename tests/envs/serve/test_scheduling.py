@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from atroposlib.envs.groups import EvalHandlingEnum
-from atroposlib.envs.scheduling import (
+from atroposlib.envs.serve.scheduling import (
     backoff_delay,
     boundary_crossed,
     derived_batch_size,

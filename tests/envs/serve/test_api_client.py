@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from atroposlib.envs import api_client
-from atroposlib.envs.api_client import (
+from atroposlib.envs.serve import api_client
+from atroposlib.envs.serve.api_client import (
     ApiRejected,
     ApiUnavailable,
     TrajectoryApiClient,
     encode_body,
     parse_retry_after,
 )
-from atroposlib.envs.jsonl_sink import UnsentGroupsFile, read_unsent_groups
+from atroposlib.envs.serve.jsonl_sink import UnsentGroupsFile, read_unsent_groups
 from atroposlib.testing.api_process import free_port
 
 

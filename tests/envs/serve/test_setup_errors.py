@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from atroposlib.envs.setup_errors import EnvSetupError, run_setup
+from atroposlib.envs.serve.setup_errors import EnvSetupError, run_setup
 from tests.fixtures.cli_runs import ENVIRONMENTS, run_env
 
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from atroposlib.envs import group_validation as gv
-from atroposlib.envs.group_validation import prepare_group
+from atroposlib.envs.serve import group_validation as gv
+from atroposlib.envs.serve.group_validation import prepare_group
 
 
 def group(n=2, length=3, **extra):

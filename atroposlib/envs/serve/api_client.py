@@ -8,8 +8,8 @@ of 1 KiB or more when that makes them smaller, and never drops a scored group si
   it takes, logging how long it has been waiting;
 * network errors and other ``5xx`` -> bounded retries with exponential backoff (tenacity);
 * ``4xx`` -> logged with the API's reason and counted; then, like a final network failure, the payload is
-  appended to a local spill file (:class:`~atroposlib.envs.jsonl_sink.UnsentGroupsFile`) whose path is logged.
-  ``python -m atroposlib.envs.api_client resend FILE --url URL`` sends such a file again.
+  appended to a local spill file (:class:`~atroposlib.envs.serve.jsonl_sink.UnsentGroupsFile`) whose path is logged.
+  ``python -m atroposlib.envs.serve.api_client resend FILE --url URL`` sends such a file again.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import aiohttp
 import orjson
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from atroposlib.envs.jsonl_sink import UnsentGroupsFile, read_unsent_groups
+from atroposlib.envs.serve.jsonl_sink import UnsentGroupsFile, read_unsent_groups
 
 logger = logging.getLogger(__name__)
 
@@ -374,8 +374,8 @@ async def resend_unsent(path: str | Path, url: str, *, api_key: Optional[str] = 
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """``python -m atroposlib.envs.api_client resend FILE --url URL``: deliver saved groups again."""
-    parser = argparse.ArgumentParser(prog="python -m atroposlib.envs.api_client")
+    """``python -m atroposlib.envs.serve.api_client resend FILE --url URL``: deliver saved groups again."""
+    parser = argparse.ArgumentParser(prog="python -m atroposlib.envs.serve.api_client")
     sub = parser.add_subparsers(dest="command", required=True)
     resend = sub.add_parser("resend", help="send the groups saved in a spill file to the API again")
     resend.add_argument("file")

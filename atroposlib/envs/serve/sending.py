@@ -15,9 +15,9 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Optional
 
-from atroposlib.envs.api_client import SendOutcome, TrajectoryApiClient
-from atroposlib.envs.group_validation import GroupProblem, completion_length, prepare_group
-from atroposlib.envs.jsonl_sink import UnsentGroupsFile
+from atroposlib.envs.serve.api_client import SendOutcome, TrajectoryApiClient
+from atroposlib.envs.serve.group_validation import GroupProblem, completion_length, prepare_group
+from atroposlib.envs.serve.jsonl_sink import UnsentGroupsFile
 
 #: Trainer step current when the worker that produced the groups being sent started collecting them. Set
 #: per worker task by the serve loop; groups sent to the API carry it as ``group_overrides["policy_step"]``
@@ -203,7 +203,7 @@ class GroupSendingMixin:
         """Check, record and (optionally) send what ``collect_trajectories``/``postprocess_histories`` returned.
 
         ``scored_data`` is one group or a list of groups (``None`` entries are skipped). Each group is
-        normalised and validated (:func:`~atroposlib.envs.group_validation.prepare_group`); a rejected group is
+        normalised and validated (:func:`~atroposlib.envs.serve.group_validation.prepare_group`); a rejected group is
         counted in ``discard_counts`` and logged with its reason. Accepted groups get every optional key (None
         when absent), ``messages`` rebuilt from the tokens when ``include_messages`` is set, are offered to
         :meth:`add_rollouts_for_wandb`, appended to the JSONL file when configured, and finally sent in one

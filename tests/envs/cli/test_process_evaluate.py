@@ -13,16 +13,9 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.cli.process import ProcessModeError
 from atroposlib.testing.scripted_server import launch_scripted_server
-from tests.helpers.sample_envs import CountingEnv, CountingEnvConfig
+from tests.helpers.sample_envs import CountingEnv, CountingEnvConfig, answer_plus_one
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def answer_plus_one(prompt, index):
-    """Answers "N+1" for "What is N+1?" on even choices, a wrong number on odd ones."""
-    text = prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
-    n = int(text.split("What is ")[1].split("+")[0])
-    return str(n + 1 if index % 2 == 0 else n + 7)
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ import signal
 
 import pytest
 
-from atroposlib.envs.jsonl_sink import read_unsent_groups
+from atroposlib.envs.serve.jsonl_sink import read_unsent_groups
 from atroposlib.testing.api_process import launch_api
 from atroposlib.testing.scripted_server import launch_scripted_server
-from tests.envs.test_process_evaluate import answer_plus_one
+from tests.helpers.sample_envs import answer_plus_one
 from tests.helpers.serve import EnvProcess, Trainer, env_config, scripted_servers, wait_for
 
 

@@ -27,9 +27,9 @@ import time
 import uuid
 from typing import Any, Optional
 
-from atroposlib.envs.api_client import ApiRejected, ApiUnavailable
 from atroposlib.envs.groups import EvalHandlingEnum
-from atroposlib.envs.scheduling import (
+from atroposlib.envs.serve.api_client import ApiRejected, ApiUnavailable
+from atroposlib.envs.serve.scheduling import (
     backoff_delay,
     boundary_crossed,
     resolve_max_num_workers,
@@ -37,8 +37,8 @@ from atroposlib.envs.scheduling import (
     should_stop,
     train_worker_cap,
 )
-from atroposlib.envs.sending import POLICY_STEP, describe_item, trim_buffer
-from atroposlib.envs.setup_errors import run_setup
+from atroposlib.envs.serve.sending import POLICY_STEP, describe_item, trim_buffer
+from atroposlib.envs.serve.setup_errors import run_setup
 
 logger = logging.getLogger("atroposlib.envs.base")
 
@@ -456,7 +456,7 @@ class ServeRuntimeMixin:
         return len(self._finishing) >= max(1, self.max_num_workers)
 
     async def add_train_workers(self) -> None:
-        """Start workers up to the current cap (see :func:`~atroposlib.envs.scheduling.train_worker_cap`).
+        """Start workers up to the current cap (see :func:`~atroposlib.envs.serve.scheduling.train_worker_cap`).
 
         Items come from re-queued items first, then ``backlog`` (oldest first), then ``get_next_item()``;
         ``None`` from ``get_next_item`` ends this round. Running workers above the cap are left to finish.
@@ -695,7 +695,7 @@ class ServeRuntimeMixin:
             if self._unsent.count:
                 logger.warning(
                     "[%s] %d undelivered payload(s) are saved in %s (resend with: python -m "
-                    "atroposlib.envs.api_client resend %s --url %s)",
+                    "atroposlib.envs.serve.api_client resend %s --url %s)",
                     self.env_label,
                     self._unsent.count,
                     self._unsent.path,
