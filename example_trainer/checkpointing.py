@@ -92,8 +92,8 @@ def restore_rng_state(json_state: dict[str, Any], tensors: dict[str, torch.Tenso
 # --- optimizer -------------------------------------------------------------------------------------
 
 
-def _optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    sd = optimizer.state_dict()
+def _optimizer_to_flat(sd: dict[str, Any]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """An optimizer state dict keyed by parameter index -> (JSON-able meta, tensors)."""
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     for pid, state in sd["state"].items():
@@ -122,6 +122,78 @@ def _optimizer_from_flat(meta: dict[str, Any], tensors: dict[str, torch.Tensor])
     return {"state": state, "param_groups": groups}
 
 
+# --- sharded (FSDP) models -------------------------------------------------------------------------
+
+
+@dataclass
+class FullState:
+    """The whole model and optimizer state of a sharded model, gathered on rank 0 (empty elsewhere)."""
+
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any] | None
+
+
+def _full_options() -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def gather_full_state(model: Any, optimizer: torch.optim.Optimizer | None) -> FullState:
+    """Gather the full (unsharded) weights and optimizer state of an FSDP ``model`` into rank 0's CPU memory.
+
+    A collective: every rank must call it, in the same order as the other collectives. The optimizer state
+    comes back keyed by parameter index in the optimizer's order, the same layout as
+    ``optimizer.state_dict()`` of an unsharded run, so checkpoints of both kinds resume either way.
+    """
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    weights = get_model_state_dict(model, options=_full_options())
+    # Tied parameters (input embeddings shared with the LM head) come back once per name, as separate
+    # tensors; keep the first name only, as save_pretrained does for an unsharded model.
+    first: dict[int, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if first.setdefault(id(param), name) != name:
+            weights.pop(name, None)
+    if optimizer is None:
+        return FullState(weights, None)
+    by_name = get_optimizer_state_dict(model, optimizer, options=_full_options())
+    index: dict[str, int] = {}
+    for group in by_name.get("param_groups", []):
+        for name in group["params"]:
+            index.setdefault(name, len(index))
+    return FullState(
+        weights,
+        {
+            "state": {index[name]: value for name, value in by_name.get("state", {}).items()},
+            "param_groups": [
+                {**group, "params": [index[name] for name in group["params"]]}
+                for group in by_name.get("param_groups", [])
+            ],
+        },
+    )
+
+
+def _load_sharded_optimizer(model: Any, optimizer: torch.optim.Optimizer, sd: dict[str, Any]) -> None:
+    """Load an index-keyed full optimizer state dict (read by every rank) into the shards of ``optimizer``."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    names = {id(p): name for name, p in model.named_parameters()}
+    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    saved = [pid for group in sd["param_groups"] for pid in group["params"]]
+    if len(saved) != len(order):
+        raise ValueError(
+            f"checkpoint optimizer state covers {len(saved)} parameters, the model trains {len(order)}"
+        )
+    by_name = {
+        "state": {order[pid]: value for pid, value in sd["state"].items()},
+        "param_groups": [{**g, "params": [order[pid] for pid in g["params"]]} for g in sd["param_groups"]],
+    }
+    set_optimizer_state_dict(
+        model, optimizer, by_name, options=StateDictOptions(full_state_dict=True, strict=True)
+    )
+
+
 # --- save / load -----------------------------------------------------------------------------------
 
 
@@ -133,11 +205,14 @@ def save_checkpoint(
     step: int,
     final: bool = False,
     extra: dict[str, Any] | None = None,
+    full_state: FullState | None = None,
 ) -> Path:
     """Write a complete, resumable checkpoint for ``step`` under ``config.save_path``; returns its path.
 
     The model is written with ``save_pretrained`` (safetensors): a full model for transformers/vLLM, or
     the PEFT adapter in LoRA modes. An existing checkpoint of the same name is replaced atomically.
+    For a sharded (FSDP) model, rank 0 passes the ``full_state`` gathered by :func:`gather_full_state`;
+    its weights and optimizer state are written instead of the local shards.
     """
     lora = bool(getattr(config, "is_lora", False))
     root = Path(config.save_path)
@@ -151,7 +226,10 @@ def save_checkpoint(
         if use_cache is not None:
             model.config.use_cache = True  # what inference wants from the saved config
         try:
-            model.save_pretrained(tmp, safe_serialization=True)
+            if full_state is None:
+                model.save_pretrained(tmp, safe_serialization=True)
+            else:
+                model.save_pretrained(tmp, state_dict=full_state.model, safe_serialization=True)
         finally:
             if use_cache is not None:
                 model.config.use_cache = use_cache
@@ -168,8 +246,11 @@ def save_checkpoint(
             "rng": rng_json,
             "extra": extra or {},
         }
-        if optimizer is not None:
-            opt_meta, opt_tensors = _optimizer_to_flat(optimizer)
+        opt_sd = full_state.optimizer if full_state is not None else None
+        if opt_sd is None and optimizer is not None:
+            opt_sd = optimizer.state_dict()
+        if opt_sd is not None:
+            opt_meta, opt_tensors = _optimizer_to_flat(opt_sd)
             state_json["optimizer"] = opt_meta
             tensors.update(opt_tensors)
         save_file(tensors, str(tmp / STATE_TENSORS))
@@ -197,16 +278,26 @@ def read_trainer_state(path: str | Path) -> TrainerState:
     )
 
 
-def load_training_state(path: str | Path, optimizer: torch.optim.Optimizer | None) -> TrainerState:
+def load_training_state(
+    path: str | Path, optimizer: torch.optim.Optimizer | None, model: Any = None
+) -> TrainerState:
     """Restore the optimizer state and the RNG states saved in checkpoint ``path``; returns its state.
 
-    The optimizer must have been built over the same parameters in the same order as when saving.
+    The optimizer must have been built over the same parameters in the same order as when saving. With
+    a sharded (FSDP) ``model``, every rank must call this (it is a collective): each reads the full state
+    and keeps its shard.
     """
     path = Path(path)
     meta = json.loads((path / STATE_JSON).read_text())
     tensors = load_file(str(path / STATE_TENSORS), device="cpu")
     if optimizer is not None and "optimizer" in meta:
-        optimizer.load_state_dict(_optimizer_from_flat(meta["optimizer"], tensors))
+        full = _optimizer_from_flat(meta["optimizer"], tensors)
+        from torch.distributed.fsdp import FSDPModule
+
+        if isinstance(model, FSDPModule):
+            _load_sharded_optimizer(model, optimizer, full)
+        else:
+            optimizer.load_state_dict(full)
     restore_rng_state(meta.get("rng", {}), tensors)
     return TrainerState(
         step=int(meta["step"]), config=meta.get("config", {}), extra=meta.get("extra", {}), path=path

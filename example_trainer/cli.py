@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(g, "init_method")
     _add(g, "distributed_backend", choices=["auto", "nccl", "gloo"])
     _add(g, "distributed_timeout", type=float)
+    _add(g, "distributed_strategy", choices=["ddp", "fsdp"])
     _add(g, "num_inference_nodes", type=int)
     _add(g, "inference_server_urls", nargs="+", metavar="URL")
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 OptimizerName = Literal["adamw", "adamw_8bit", "adafactor"]
 WeightBridgeMode = Literal["shared_vllm", "lora_only", "lora_restart", "none"]
 RefreshMode = Literal["restart", "reload"]
+DistributedStrategy = Literal["ddp", "fsdp"]
 
 
 def _default_device() -> str:
@@ -173,6 +174,12 @@ class TrainingConfig(BaseModel):
     distributed_timeout: float = Field(
         1800.0, gt=0, description="seconds a collective may wait (checkpoint writes, slow batches)"
     )
+    distributed_strategy: DistributedStrategy = Field(
+        "ddp",
+        description="ddp: every rank holds the whole model; fsdp: parameters, gradients and optimizer "
+        "state sharded over the ranks (FSDP2), for models that do not fit one device; full-model "
+        "training with --optimizer adamw only; one process trains unsharded",
+    )
 
     @field_validator("train_layer_indices", "lora_layer_indices", mode="before")
     @classmethod
@@ -213,6 +220,17 @@ class TrainingConfig(BaseModel):
             raise ValueError("lora_layer_indices needs --weight-bridge-mode lora_only or lora_restart")
         if self.inference_server_urls and self.num_inference_nodes > 0:
             raise ValueError("give either inference_server_urls or num_inference_nodes, not both")
+        if self.distributed_strategy == "fsdp":
+            if self.is_lora:
+                raise ValueError(
+                    "distributed_strategy fsdp trains full models; LoRA modes run with ddp "
+                    "(the adapters fit every device)"
+                )
+            if self.optimizer != "adamw":
+                raise ValueError(
+                    f"distributed_strategy fsdp needs optimizer adamw ({self.optimizer} does not run on "
+                    "sharded parameters)"
+                )
         return self
 
     # --- derived values ------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Data-parallel training across processes (``torchrun``): ranks, the batch channel, shards, metrics.
+"""Data-parallel training across processes (``torchrun``): ranks, the model wrapper, the batch channel,
+shards, metrics.
 
 Roles of the ranks:
 
@@ -11,6 +12,12 @@ Roles of the ranks:
   sequences runs a zero-weight one), so gradient synchronisation lines up. Each sequence's loss is
   weighted ``1 / N`` of the global batch, so the averaged gradient (and the reported loss) equal those
   of one process training on the whole batch.
+
+The model is replicated (``--distributed-strategy ddp``: ``DistributedDataParallel``) or sharded
+(``fsdp``: FSDP2's ``fully_shard`` per decoder layer, parameters, gradients and optimizer state split over
+the ranks). With FSDP every forward pass and every checkpoint is a collective, so every rank runs the same
+forwards (the zero-weight micro-batches above) and joins every checkpoint
+(:func:`example_trainer.checkpointing.gather_full_state`).
 
 Ranks and world size come from the launcher (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` as set by
 ``torchrun``) or, without one, from ``--trainer-rank`` / ``--world-size``; the process group is joined
@@ -178,26 +185,66 @@ def broadcast_object(ctx: DistContext, value: Any = None) -> Any:
 # --- the model --------------------------------------------------------------------------------------
 
 
-def wrap_model(model: torch.nn.Module, ctx: DistContext) -> torch.nn.Module:
-    """``DistributedDataParallel`` around ``model`` when distributed (rank 0's weights win), else ``model``."""
+def _transformer_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated decoder layers of a causal LM (the units FSDP gathers one at a time)."""
+    for module in model.modules():
+        layers = getattr(module, "layers", None)
+        if isinstance(layers, torch.nn.ModuleList) and len(layers) > 0:
+            return list(layers)
+    raise DistributedConfigError(
+        f"--distributed-strategy fsdp: no decoder layers (a .layers ModuleList) found in {type(model).__name__}"
+    )
+
+
+def wrap_model(model: torch.nn.Module, ctx: DistContext, strategy: str = "ddp") -> torch.nn.Module:
+    """Prepare ``model`` for data-parallel training; one process gets ``model`` back unchanged.
+
+    ``ddp``: a ``DistributedDataParallel`` wrapper (rank 0's weights win). ``fsdp``: FSDP2's ``fully_shard``
+    on each decoder layer and then on the whole model, in place; the parameters become DTensors sharded
+    over the ranks (dim 0), so the optimizer must be built over the parameters *after* this call. Every
+    rank must hold the same initial weights (they are loaded from the same directory with the same seed).
+    """
     if not ctx.enabled:
         return model
+    if strategy == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(torch.device(ctx.device).type, (ctx.world_size,))
+        for block in _transformer_blocks(model):
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+    if strategy != "ddp":
+        raise DistributedConfigError(f"unknown distributed strategy {strategy!r} (expected ddp or fsdp)")
     from torch.nn.parallel import DistributedDataParallel
 
     device_ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
     return DistributedDataParallel(model, device_ids=device_ids)
 
 
+def is_sharded(model: Any) -> bool:
+    """Whether ``model`` was sharded by :func:`wrap_model` with ``fsdp`` (saving it is then collective)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
 def unwrap_model(model: Any) -> Any:
-    """The module inside a ``DistributedDataParallel`` wrapper (the model itself otherwise)."""
+    """The module inside a ``DistributedDataParallel`` wrapper (the model itself otherwise, FSDP included:
+    ``fully_shard`` works in place)."""
     from torch.nn.parallel import DistributedDataParallel
 
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 def no_sync(model: Any, last: bool) -> AbstractContextManager[Any]:
-    """Skip gradient synchronisation for every micro-batch but the ``last`` one."""
-    if last or not hasattr(model, "no_sync"):
+    """Skip gradient synchronisation for every micro-batch but the ``last`` one (DDP).
+
+    An FSDP model reduce-scatters after every micro-batch instead: skipping it would keep whole unsharded
+    gradients on every rank between micro-batches, the memory FSDP is chosen to save.
+    """
+    if last or is_sharded(model) or not hasattr(model, "no_sync"):
         return nullcontext()
     return model.no_sync()
 
@@ -392,6 +439,7 @@ __all__ = [
     "broadcast_object",
     "gather_step_sums",
     "init_distributed",
+    "is_sharded",
     "local_micro_batches",
     "micro_batches_per_rank",
     "no_sync",

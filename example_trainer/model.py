@@ -106,11 +106,15 @@ def apply_lora(model: Any, config: TrainingConfig) -> Any:
     return get_peft_model(model, lora_config)
 
 
-def load_model_and_tokenizer(config: TrainingConfig, model_path: str | None = None) -> tuple[Any, Any]:
+def load_model_and_tokenizer(
+    config: TrainingConfig, model_path: str | None = None, to_device: bool = True
+) -> tuple[Any, Any]:
     """Load the policy to train (LoRA-wrapped in LoRA modes) and its tokenizer, on ``config.device``.
 
     ``model_path`` overrides ``config.model_name`` (e.g. a checkpoint directory when resuming a full-model
-    run). Raises ``OSError`` when the model cannot be found.
+    run). ``to_device=False`` leaves the weights in CPU memory (dtype, attention and gradient checkpointing
+    still chosen for ``config.device``), for FSDP to move shard by shard. Raises ``OSError`` when the model
+    cannot be found.
     """
     from transformers import AutoTokenizer
 
@@ -133,7 +137,8 @@ def load_model_and_tokenizer(config: TrainingConfig, model_path: str | None = No
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if config.is_lora:
         model = apply_lora(model, config)
-    model.to(config.device)
+    if to_device:
+        model.to(config.device)
     model.train()
     return model, tokenizer
 

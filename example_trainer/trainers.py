@@ -37,6 +37,7 @@ import torch
 from example_trainer.api import AtroposClient
 from example_trainer.checkpointing import (
     checkpoint_name,
+    gather_full_state,
     load_training_state,
     resolve_resume_path,
     save_checkpoint,
@@ -240,8 +241,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _load_model(config: TrainingConfig, resume_dir: Path | None) -> tuple[Any, Any]:
-    """The policy to train: from the checkpoint when resuming a full-model run, else ``model_name``."""
+def _load_model(config: TrainingConfig, resume_dir: Path | None, sharded: bool = False) -> tuple[Any, Any]:
+    """The policy to train: from the checkpoint when resuming a full-model run, else ``model_name``.
+
+    ``sharded``: left in CPU memory; FSDP moves each layer's shard to the device.
+    """
+    if sharded:
+        return load_model_and_tokenizer(
+            config, model_path=str(resume_dir) if resume_dir else None, to_device=False
+        )
     if resume_dir is None or config.is_lora:
         model, tokenizer = load_model_and_tokenizer(config)
         if resume_dir is not None:
@@ -295,8 +303,10 @@ def train(
 
     Under ``torchrun`` (or ``--world-size N``) the processes train data-parallel: rank 0 alone talks to the
     API, refreshes the inference servers, writes checkpoints and metrics, and broadcasts each batch; every
-    rank trains its shard (see :mod:`example_trainer.distributed`). Only rank 0's ``should_stop`` and
-    ``eval_hook`` are used; its result has the metrics, the other ranks' results have none.
+    rank trains its shard (see :mod:`example_trainer.distributed`). With ``--distributed-strategy fsdp`` the
+    model is sharded over the ranks and every rank sends its shards to rank 0 for each checkpoint. Only
+    rank 0's ``should_stop`` and ``eval_hook`` are used; its result has the metrics, the other ranks'
+    results have none.
 
     Raises:
         NotImplementedError: ``weight_bridge_mode == "shared_vllm"``.
@@ -322,6 +332,7 @@ def _train(
     should_stop = should_stop or (lambda: False)
     lora = config.is_lora
     main = ctx.is_main
+    sharded = ctx.enabled and config.distributed_strategy == "fsdp"
 
     client = AtroposClient.from_config(config) if main else None
     if client is not None:
@@ -332,15 +343,16 @@ def _train(
         client.wait_until_ready(config.api_timeout)  # before the (slow) model load: fail fast
     resume_dir = broadcast_object(ctx, resume_dir)  # every rank loads what rank 0 found
     seed_everything(config.seed)
-    model, tokenizer = _load_model(config, resume_dir)
-    optimizer = create_optimizer(trainable_parameters(model), config)
+    model, tokenizer = _load_model(config, resume_dir, sharded)
+    # FSDP replaces the parameters with sharded ones: the optimizer is built over those
+    model = wrap_model(model, ctx, config.distributed_strategy)
+    optimizer = create_optimizer(trainable_parameters(unwrap_model(model)), config)
     start_step, extra = 0, {}
     if resume_dir is not None:
-        state = load_training_state(resume_dir, optimizer)
+        state = load_training_state(resume_dir, optimizer, unwrap_model(model))
         start_step, extra = state.step, state.extra
         logger.info("loaded checkpoint %s (step %d)", resume_dir, start_step)
     ref_model = load_reference_model(config) if config.kl_coef > 0 and not lora else None
-    model = wrap_model(model, ctx)
     channel = BatchChannel(ctx)
 
     api_info: dict[str, Any] = {}
@@ -370,13 +382,16 @@ def _train(
             result.eval_history.append({"step": step, **record})
 
     def checkpoint(step: int, final: bool) -> Path:
-        """Rank 0 writes; every rank waits until the checkpoint is complete."""
+        """Rank 0 writes; every rank waits until the checkpoint is complete (and, with FSDP, first sends
+        its shards to rank 0)."""
         target = checkpoint_dir_for(config, step, final)
+        full_state = gather_full_state(model, optimizer) if sharded else None  # every rank gathers
         if main:
             target = save_checkpoint(
                 unwrap_model(model), tokenizer, optimizer, config, step, final=final,
-                extra={**api_info, "wandb_run_id": run_log.run_id},
+                extra={**api_info, "wandb_run_id": run_log.run_id}, full_state=full_state,
             )  # fmt: skip
+        del full_state
         barrier(ctx)
         return target
 
