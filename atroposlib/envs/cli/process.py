@@ -11,10 +11,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from atroposlib.envs.serve.runtime import _unpack_collect_result
 from atroposlib.envs.serve.sending import describe_item
 from atroposlib.envs.serve.setup_errors import run_setup
 from atroposlib.envs.serve.wandb_logging import run_name
+from atroposlib.envs.serve.workers import unpack_collect_result
 from atroposlib.envs.server_handling.errors import ServerUnavailableError
 
 logger = logging.getLogger("atroposlib.envs.base")
@@ -97,7 +97,7 @@ class OfflineModesMixin:
                 before = self.groups_accepted_total
                 discards_before = sum(self.discard_counts.values())
                 try:
-                    to_postprocess, to_backlog = _unpack_collect_result(await self.collect_trajectories(item))
+                    to_postprocess, to_backlog = unpack_collect_result(await self.collect_trajectories(item))
                     self.backlog.extend(to_backlog)
                     if to_postprocess:
                         to_postprocess = await self.postprocess_histories(to_postprocess)

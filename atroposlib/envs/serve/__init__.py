@@ -1,6 +1,8 @@
 """The ``serve`` runtime of an environment: what runs between ``BaseEnv.env_manager()`` and the trajectory API.
 
 * :mod:`~atroposlib.envs.serve.runtime` - the scheduling loop, startup and a clean shutdown;
+* :mod:`~atroposlib.envs.serve.workers` - the item workers and the tasks that finish their items;
+* :mod:`~atroposlib.envs.serve.api_session` - registration, ``/info`` and status polls;
 * :mod:`~atroposlib.envs.serve.scheduling` - worker-count and backpressure arithmetic (pure functions);
 * :mod:`~atroposlib.envs.serve.sending` - checking, recording and delivering an item's groups;
 * :mod:`~atroposlib.envs.serve.group_validation` - a group made plain JSON and checked before it leaves;
