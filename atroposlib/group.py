@@ -120,7 +120,7 @@ ScoredDataGroup = TypedDict(  # noqa: UP013 - built from the table
     {f.name: f.wire_type if f.required else f.wire_type | None for f in FIELDS if f.name != "env_id"},
     total=False,
 )
-ScoredDataGroup.__doc__ = """One prompt's group of scored sequences (a plain ``dict`` at runtime).
+ScoredDataGroup.__doc__ = """One prompt's group of scored sequences (an ordinary ``dict`` at runtime).
 
 ``tokens`` / ``masks`` / ``scores`` are required; every other key is optional. ``masks`` holds
 ``-100`` at positions that are not trained and the token id at trained ones; ``inference_logprobs``
@@ -132,7 +132,7 @@ ScoredDataItem = TypedDict(  # noqa: UP013 - built from the table
     {f.name: f.item_type if f.required else f.item_type | None for f in FIELDS if f.item_type is not None},
     total=False,
 )
-ScoredDataItem.__doc__ = """One scored rollout, the unit ``collect_trajectory`` returns (a plain ``dict``).
+ScoredDataItem.__doc__ = """One scored rollout, the unit ``collect_trajectory`` returns (an ordinary ``dict``).
 
 Its fields are those of :data:`ScoredDataGroup` for one sequence; extra keys are tolerated.
 """
@@ -166,7 +166,8 @@ class CheckOptions:
       ``inference_logprobs`` rows are as long as their token rows. compat: off at the API, which
       (like the original) accepts any length there, ``advantages`` included.
     - ``values_typed``: the values already have their types and the int32 range (a typed decode
-      checked them), so rows are not walked again.
+      checked them), so rows are not walked again: of an int matrix only the number of rows and
+      the length of each row are read.
     """
 
     optional_counts: bool = True

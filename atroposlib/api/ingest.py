@@ -1,4 +1,4 @@
-"""What the hot endpoints do once a body is read: queue decoded groups, serve a batch.
+"""What the ingest routes and ``/batch`` do once a body is read: queue decoded groups, serve a batch.
 
 The functions return response bodies and raise :class:`~atroposlib.api.errors.InvalidRequest`,
 :class:`~atroposlib.api.records.QueueFull` or a storage error, which the app's exception handlers

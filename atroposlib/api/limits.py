@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from atroposlib.api.responses import send_raw
 
-try:  # Intel ISA-L inflates gzip about twice as fast as zlib; same API.
+try:  # Intel ISA-L inflates gzip faster than zlib, with the same API.
     from isal import isal_zlib as _zlib
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
     _zlib = zlib

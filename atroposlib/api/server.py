@@ -2,12 +2,13 @@
 
 ``app`` is the module-level application that ``run-api`` (and ``uvicorn atroposlib.api:app``)
 serves; :func:`create_app` builds one for a given :class:`~atroposlib.api.config.ApiConfig`. The
-routes live on two module-level routers: :data:`router` (compat: the original's endpoints, paths, fields and status strings) and
-:data:`additions` (acknowledgement, inspection, health, metrics). Behaviour lives in
-:mod:`atroposlib.api.state`; request bodies are decoded by :mod:`atroposlib.api.decode`.
+routes live on two module-level routers: :data:`router` (compat: the original's endpoints,
+paths, fields and status strings) and :data:`additions` (acknowledgement, inspection, health,
+metrics). Behaviour lives in :mod:`atroposlib.api.state`; request bodies are decoded by
+:mod:`atroposlib.api.decode`.
 
-Status codes beyond the original's 200/422 (compat: the original answered 500 for several of
-these cases):
+Status codes other than 200 and 422 (compat: the original answered 500 for several of these
+cases):
 
 - 400 ``Invalid gzip payload`` (text/plain) for corrupt or truncated gzip bodies;
 - 401 without the bearer key when one is configured;

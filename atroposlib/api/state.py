@@ -232,7 +232,7 @@ class TrajectoryState:
         return {"status": "success"}
 
     def admission_rules(self) -> AdmissionRules:
-        """What an incoming group must satisfy right now (see :mod:`atroposlib.api.validation`)."""
+        """What an incoming group must satisfy right now (see :mod:`atroposlib.api.admission`)."""
         meta = self.meta
         return AdmissionRules(
             batch_size=meta.batch_size if meta.registered and meta.batch_size > 0 else None,

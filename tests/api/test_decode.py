@@ -79,7 +79,7 @@ def body(**fields) -> bytes:
 
 
 TAKEN = {
-    "plain": body(),
+    "a small group": body(),
     "pretty-printed and padded": b"\n " + json.dumps(json.loads(body()), indent=4).encode() + b"\n",
     "extreme int32 values and -0": b'{"tokens":[[2147483647,-2147483648,-0]],"masks":[[0,0,0]],"scores":[1]}',
     "empty token list": body(tokens=[], masks=[], scores=[]),
@@ -144,7 +144,8 @@ def test_well_formed_groups_are_stored_as_given(raw):
 
 
 NESTED_ROW = b'{"tokens":[[1,[2]]],"masks":[[1,2]],"scores":[1]}'
-DECLINED = {
+#: Bodies the typed decode does not take as they are: rejected, or read with pydantic's coercions.
+OTHER_BODIES = {
     "a one-item array inside a token row": NESTED_ROW,
     "a token row of one nested row": b'{"tokens":[[[1]]],"masks":[[1]],"scores":[1]}',
     "a nested array in a later row": b'{"tokens":[[1],[[2]]],"masks":[[1],[2]],"scores":[1,1]}',
@@ -209,11 +210,6 @@ DECLINED = {
     "trailing garbage": body() + b" x",
     "truncated": body()[:-1],
     "NaN": body().replace(b"1.5", b"NaN"),
-}
-
-
-#: Bodies some paths take and others leave to the exact paths; the group is the exact paths' either way.
-EITHER = {
     "a float beyond 64-bit integers": body(advantages=[[1]]).replace(
         b"[[1]]", b"[[123456789012345678901234567890]]"
     ),
@@ -223,7 +219,7 @@ EITHER = {
 }
 
 
-@pytest.mark.parametrize("raw", DECLINED.values(), ids=DECLINED.keys())
+@pytest.mark.parametrize("raw", OTHER_BODIES.values(), ids=OTHER_BODIES.keys())
 def test_every_other_body_gets_the_originals_answer(raw):
     """Rejected where the original's model rejects it; otherwise stored as that model reads it."""
     assert_originals_answer(raw)

@@ -122,15 +122,15 @@ def test_typed_decode_and_pydantic_agree():
     rng = random.Random(11)
     for _ in range(400):
         raw = json.dumps(random_group(rng), indent=rng.choice([None, 1])).encode()
-        fast = decode_group(raw)
-        slow = _lax_group(ScoredData.model_validate_json(raw).to_group())
-        assert stored(fast) == stored(slow), raw
-        assert (fast.token_lengths, fast.scores, fast.env_id) == (
-            slow.token_lengths,
-            slow.scores,
-            slow.env_id,
+        typed = decode_group(raw)
+        lax = _lax_group(ScoredData.model_validate_json(raw).to_group())
+        assert stored(typed) == stored(lax), raw
+        assert (typed.token_lengths, typed.scores, typed.env_id) == (
+            lax.token_lengths,
+            lax.scores,
+            lax.env_id,
         )
-        assert content_problems(fast) == content_problems(slow)
+        assert content_problems(typed) == content_problems(lax)
 
 
 def test_list_decoding_matches_single_decoding():

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-try:  # ISA-L's CRC-32 is several times faster than zlib's on large buffers
+try:  # ISA-L's CRC-32 is faster than zlib's on large buffers
     from isal.isal_zlib import crc32
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
     from zlib import crc32
