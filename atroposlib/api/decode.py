@@ -163,7 +163,7 @@ def _lax_group(values: dict[str, Any]) -> Group:
 _WHITESPACE = b" \t\n\r"
 #: In valid JSON, any value but an integer or an array needs one of these characters.
 _NOT_INTEGERS = (b'"', b"{", b".", b"e", b"E", b"t", b"f", b"n")
-_COMMA, _MINUS, _ZERO, _NINE = (ord(c) for c in ",-09")
+_COMMA, _MINUS, _ZERO = (ord(c) for c in ",-0")
 
 
 def int32_matrix(raw: bytes) -> tuple[bytes, list[int]] | None:
@@ -200,8 +200,10 @@ def int32_matrix(raw: bytes) -> tuple[bytes, list[int]] | None:
             return None
         start = end + 2
     lengths = [int(np.count_nonzero(commas[a:b])) + 1 if b > a else 0 for a, b in rows]
-    # A number of 10 or more digits may be out of range: those are checked exactly.
-    digits = (text >= _ZERO) & (text <= _NINE)
+    # A number of 10 or more digits may be out of range: those are checked exactly. Digits and
+    # brackets are the characters from "0" up, so a run of ten may also be a long number next to
+    # "[" or "]", which the exact check then accepts.
+    digits = text >= _ZERO
     runs = digits[:-1] & digits[1:]  # two digits in a row
     runs = runs[:-2] & runs[2:]  # four
     runs = runs[:-4] & runs[4:]  # eight
