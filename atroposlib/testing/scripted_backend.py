@@ -121,7 +121,7 @@ class ScriptedBackend:
     ) -> None:
         """Queue ``fail_next`` failures with ``fail_status``; set health, latency, whether ``n`` is
         ignored (one choice per request, like some providers) and whether ``POST /generate`` exists
-        (404 when False, like a plain ``vllm serve``)."""
+        (404 when False, as on ``vllm serve``, which has no such route)."""
         with self._lock:
             self._failures.extend([int(fail_status)] * int(fail_next))
         if healthy is not None:

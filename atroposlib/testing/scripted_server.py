@@ -44,7 +44,7 @@ Knobs (``server.control(...)``, also over HTTP): ``fail_next`` (answer the next 
 requests with HTTP ``fail_status``, default 500), ``healthy`` (health routes answer 503 when False),
 ``delay_s`` (fixed latency added to every generation request, for benchmarks), ``ignore_n`` (answer
 one choice per request whatever ``n`` says), ``generate_route`` (False: ``/generate`` answers 404, as
-on a plain ``vllm serve``).
+on ``vllm serve``, which has no such route).
 
 ``launch_scripted_server`` runs uvicorn in a background thread of the calling process, or, with
 ``in_subprocess=True``, as ``python -m atroposlib.testing.scripted_server`` (then ``respond`` must be

@@ -270,7 +270,7 @@ def resolve_server_configs(
     (``default`` from ``teacher_config_init()``). Applies ``resolve_openai_configs``
     (``atroposlib.envs.server_handling.openai_server``): a YAML list of >= 2 servers gives one config each;
     a default list of >= 2 is used as is; a single ``APIServerConfig`` stays a single config (merged default <
-    YAML < flags); a plain ``ServerBaseline`` is kept unless YAML or flags set values; otherwise a one-element
+    YAML < flags); a bare ``ServerBaseline`` is kept unless YAML or flags set values; otherwise a one-element
     list. A ``None`` default stays ``None`` unless YAML or flags configure a server. Flags with several
     servers, and invalid values, raise :class:`CliUsageError` naming the field. Unknown keys in YAML entries
     are ignored (``APIServerConfig`` warns about them).

@@ -474,7 +474,7 @@ class APIServer(ABC):
         self._ensure_started(chat_completion)
         supplied = kwargs.get("model")
         if supplied is not None and supplied != self.config.model_name and not self._warned_model_override:
-            # Kept from the original: the configured model name always wins.
+            # compat: the configured model name always wins, as in atroposlib 0.4.0.
             logger.warning(
                 "model=%r passed to %s is replaced by the configured model_name %r",
                 supplied,
