@@ -18,7 +18,6 @@ from atroposlib.envs.eval import (
     normalize_base_url,
     pass_at_k,
 )
-
 from tests.helpers.http_stub import MODEL, run_stub
 
 

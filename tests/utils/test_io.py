@@ -8,7 +8,6 @@ import aiohttp
 import pytest
 
 from atroposlib.utils.io import parse_http_response
-
 from tests.helpers.http_stub import run_stub
 
 
