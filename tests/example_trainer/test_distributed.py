@@ -162,24 +162,28 @@ def _metric(save: Path, name: str) -> list[float]:
 
 def test_fsdp_ranks_match_one_process_and_checkpoints_resume_either_way(tmp_path, tiny_model_dir):
     """FSDP over two gloo ranks: the same losses, gradient norms and weights as one process; its
-    checkpoints are ordinary Hugging Face directories that resume under FSDP and in one process."""
+    checkpoints are ordinary Hugging Face directories that resume under FSDP and in one process, and a
+    one-process checkpoint resumes under FSDP."""
+    steps = 4
     one, sharded = tmp_path / "one", tmp_path / "fsdp"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     fsdp = ("--distributed-strategy", "fsdp")
     with launch_api(data_dir=tmp_path / "api1") as api1, launch_api(data_dir=tmp_path / "api2") as api2:
         for api in (api1, api2):
-            post_groups(api.url, 3 * STEPS, seed=7)
-        _train([sys.executable], tiny_model_dir, api1.url, one, STEPS)
-        # step 1 under FSDP; step 2 resumed under FSDP from that checkpoint; step 3 resumed in one process
+            post_groups(api.url, 3 * steps, seed=7)
+        _train([sys.executable], tiny_model_dir, api1.url, one, steps)
+        # step 1 under FSDP; step 2 resumed under FSDP; step 3 resumed in one process; step 4 under FSDP again
         _train(torchrun, tiny_model_dir, api2.url, sharded, 1, *fsdp)
         _train(torchrun, tiny_model_dir, api2.url, sharded, 2, *fsdp, "--resume", "latest")
         fsdp_checkpoint = load_file(str(sharded / "final_model" / "model.safetensors"))
-        _train([sys.executable], tiny_model_dir, api2.url, sharded, STEPS, "--resume", "latest")
+        _train([sys.executable], tiny_model_dir, api2.url, sharded, 3, "--resume", "latest")
+        _train(torchrun, tiny_model_dir, api2.url, sharded, steps, *fsdp, "--resume", "latest")
 
-    assert _metric(sharded, "train/loss") == pytest.approx(_metric(one, "train/loss"), rel=1e-5, abs=1e-6)
+    losses = _metric(sharded, "train/loss")
+    assert len(losses) == steps
+    assert losses == pytest.approx(_metric(one, "train/loss"), rel=1e-5, abs=1e-6)
     assert _metric(sharded, "train/grad_norm") == pytest.approx(_metric(one, "train/grad_norm"), rel=1e-4)
-    assert len(_metric(sharded, "train/loss")) == STEPS
-    # the gathered checkpoint holds every tensor whole (tied embeddings included), loadable as usual
+    # the gathered checkpoint holds every tensor whole (tied embeddings once), as save_pretrained writes it
     initial = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
     assert {k: v.shape for k, v in fsdp_checkpoint.items()} == {k: v.shape for k, v in initial.items()}
     _assert_same_weights(one / "final_model", sharded / "final_model", tiny_model_dir)
