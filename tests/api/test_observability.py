@@ -122,3 +122,21 @@ def test_metrics_count_accepted_groups(url):
     assert post_group(url, group(1, tokens=[[1.0, 2.0, 3.0]])).json() == {"status": "received"}
     assert post_group(url, group(2, scores=[1.0])).status_code == 422  # rejected: not counted
     assert groups_received(url) - before == 3
+
+
+def test_request_only_endpoints_are_called_with_the_request_alone():
+    """Routes whose endpoint takes only the Request skip FastAPI's parameter resolution; the others
+    (query parameters) keep it, so their 422s still come from FastAPI."""
+    from starlette.routing import request_response
+
+    from atroposlib.api.server import RequestRoute, create_app
+    from atroposlib.api.store import MemoryStore
+
+    app = create_app(store=MemoryStore())
+    routes = {r.path: r for r in app.routes if isinstance(r, RequestRoute)}
+    plain_app = request_response(lambda request: None).__qualname__
+    for path in ("/scored_data", "/scored_data_list", "/batch", "/register"):
+        assert routes[path].app.__module__ == "starlette.routing", path
+        assert routes[path].app.__qualname__ == plain_app
+    assert routes["/inspect/recent"].app.__module__ == "fastapi.routing"
+    assert routes["/"].app.__module__ == "fastapi.routing"
