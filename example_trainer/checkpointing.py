@@ -284,8 +284,8 @@ def load_training_state(
     """Restore the optimizer state and the RNG states saved in checkpoint ``path``; returns its state.
 
     The optimizer must have been built over the same parameters in the same order as when saving. With
-    a sharded (FSDP) ``model``, every rank must call this (it is a collective): each reads the full state
-    and keeps its shard.
+    a sharded (FSDP) ``model``, every rank must call this (it is a collective), with no gradients held
+    (``zero_grad(set_to_none=True)``): each reads the full state and keeps its shard.
     """
     path = Path(path)
     meta = json.loads((path / STATE_JSON).read_text())

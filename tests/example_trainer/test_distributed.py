@@ -192,6 +192,74 @@ def test_fsdp_ranks_match_one_process_and_checkpoints_resume_either_way(tmp_path
     ]
 
 
+# Run by torchrun on two gloo ranks: shards, trains one step, checkpoints and reloads the optimizer state.
+_FSDP_PROBE = """
+import sys
+
+import torch
+from safetensors.torch import load_file
+from torch.distributed.tensor import DTensor
+
+from example_trainer.checkpointing import gather_full_state, load_training_state, save_checkpoint
+from example_trainer.config import TrainingConfig
+from example_trainer.distributed import barrier, init_distributed, is_sharded, wrap_model
+from example_trainer.model import load_model_and_tokenizer, trainable_parameters
+from example_trainer.training import create_optimizer
+
+model_dir, save = sys.argv[1], sys.argv[2]
+config = TrainingConfig(
+    model_name=model_dir, device="cpu", optimizer="adamw", save_path=save, distributed_strategy="fsdp"
+)
+ctx = init_distributed(config)
+model, tokenizer = load_model_and_tokenizer(config, to_device=False)
+whole = sum(p.numel() for p in model.parameters())
+model = wrap_model(model, ctx, config.distributed_strategy)
+params = trainable_parameters(model)
+assert is_sharded(model) and all(isinstance(p, DTensor) for p in params)
+held = sum(p.to_local().numel() for p in params)
+assert held <= whole // 2 + 1024, (held, whole)  # each of the two ranks holds about half
+optimizer = create_optimizer(params, config)
+tokens = torch.randint(3, 900, (2, 12), generator=torch.Generator().manual_seed(ctx.rank))
+model(tokens).logits.pow(2).mean().backward()
+torch.nn.utils.clip_grad_norm_(params, 1.0)
+optimizer.step()
+optimizer.zero_grad(set_to_none=True)
+full = {name: p.full_tensor() for name, p in model.named_parameters()}  # collective
+state = gather_full_state(model, optimizer)  # collective
+if ctx.is_main:
+    path = save_checkpoint(model, tokenizer, optimizer, config, 1, full_state=state)
+    saved = load_file(str(path / "model.safetensors"))
+    assert saved.keys() == full.keys(), sorted(saved.keys() ^ full.keys())
+    assert all(torch.equal(saved[name], full[name]) for name in full)
+else:
+    assert not state.model  # only rank 0 holds the gathered state
+barrier(ctx)
+fresh = create_optimizer(params, config)
+load_training_state(f"{save}/step_1", fresh, model)  # collective
+for p in params:
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(fresh.state[p][key].to_local(), optimizer.state[p][key].to_local()), key
+print("PROBE OK", ctx.rank)
+"""
+
+
+def test_fsdp_shards_the_model_and_round_trips_its_checkpoint(tmp_path, tiny_model_dir):
+    """Each rank holds half the parameters; the checkpoint holds the whole weights; the optimizer state
+    read back into a fresh optimizer equals each rank's shard of the saved one."""
+    script = tmp_path / "probe.py"
+    script.write_text(_FSDP_PROBE)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        str(script), str(tiny_model_dir), str(tmp_path / "ckpt"),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert sorted(line for line in proc.stdout.splitlines() if line.startswith("PROBE OK")) == [
+        "PROBE OK 0",
+        "PROBE OK 1",
+    ]
+
+
 def test_fsdp_is_refused_where_it_cannot_run(tiny_model_dir):
     from pydantic import ValidationError
 
