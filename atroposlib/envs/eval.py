@@ -264,7 +264,8 @@ def build_eval_parser() -> argparse.ArgumentParser:
 async def eval_runner(eval_env: EvalBase, argv: Sequence[str] | None = None) -> dict:
     """Command-line entry for an :class:`EvalBase`: parse ``--server-url``, ``--model-name``,
     ``--api-key`` and ``--max-concurrency`` from ``argv`` (default ``sys.argv[1:]``), build a
-    ``ServerManager`` for that server and run the evaluation. Returns its metrics.
+    ``ServerManager`` for that server, run the evaluation and close the server's connections. Returns
+    its metrics.
 
     Exits with status 2 and a one-line message when the model name cannot be determined.
     """
@@ -292,4 +293,7 @@ async def eval_runner(eval_env: EvalBase, argv: Sequence[str] | None = None) -> 
             )
         ]
     )
-    return await eval_env(server_manager)
+    try:
+        return await eval_env(server_manager)
+    finally:
+        await server_manager.close()  # its HTTP session would otherwise outlive the evaluation, unclosed
