@@ -215,6 +215,12 @@ class RLAIFEnv(IterCheckpoint, EvalReporting, BaseEnv):
         self.unreadable_buffer: list[float] = []
         self.judgements: list[tuple[str, str, str]] = []
 
+    async def _close_inference_clients(self) -> None:
+        """Close a separate judge's connections too (after ``serve``, ``process`` and ``evaluate``)."""
+        await super()._close_inference_clients()
+        if self.judge is not self.server:
+            await self.judge.close()
+
     @classmethod
     def config_init(cls) -> tuple[RLAIFEnvConfig, APIServerConfig]:
         env_config = RLAIFEnvConfig(
