@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(g, "vllm_startup_timeout", type=float)
     _add(g, "vllm_config_path")
     _add(g, "use_vllm", "--no-vllm", action="store_false", help="do not start or refresh vLLM (train only)")
+    _add(g, "inference_backend", choices=["vllm", "hf"])
+    _add(g, "inference_threads", type=int)
 
     g = parser.add_argument_group("mode")
     _add(g, "weight_bridge_mode", choices=["shared_vllm", "lora_only", "lora_restart", "none"])

@@ -151,6 +151,12 @@ class TrainingConfig(BaseModel):
         description="bearer token for the API (default $ATROPOS_API_KEY)",
     )
     use_vllm: bool = Field(True, description="start/refresh vLLM (False: train against the API only)")
+    inference_backend: Literal["vllm", "hf"] = Field(
+        "vllm",
+        description="local inference server: vllm, or hf (example_trainer.hf_generation: Hugging Face "
+        "generate in one light process, for small models on a CPU; full-weight modes only)",
+    )
+    inference_threads: int = Field(1, ge=1, description="torch threads of the hf inference server")
     seed: int = Field(0, description="seed of python, numpy and torch RNGs")
     train_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="trainer weights dtype (auto: float32 on CPU, bfloat16 on CUDA)"
@@ -220,6 +226,8 @@ class TrainingConfig(BaseModel):
             raise ValueError("lora_layer_indices needs --weight-bridge-mode lora_only or lora_restart")
         if self.inference_server_urls and self.num_inference_nodes > 0:
             raise ValueError("give either inference_server_urls or num_inference_nodes, not both")
+        if self.inference_backend == "hf" and self.is_lora:
+            raise ValueError("inference_backend hf serves full weights; LoRA modes need vllm")
         if self.distributed_strategy == "fsdp":
             if self.is_lora:
                 raise ValueError(

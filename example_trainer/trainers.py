@@ -66,6 +66,10 @@ logger = logging.getLogger(__name__)
 #: ``accuracy`` is drawn in the end-of-run plot.
 EvalHook = Callable[[int, Path | None], Mapping[str, float] | None]
 
+#: Seconds between two ``GET /batch`` while no batch is ready: a step on a small model takes well under a
+#: second, and every poll interval is added to a step whose batch was not ready yet.
+BATCH_POLL_S = 0.05
+
 SHARED_VLLM_UNAVAILABLE = (
     "weight_bridge_mode shared_vllm shares weights with vLLM through CUDA IPC handles and needs a patched "
     "GPU vLLM; it is not available in this release. Use --weight-bridge-mode none (restart or "
@@ -400,7 +404,9 @@ def _train(
         groups itself."""
         while not should_stop():
             progress.set_postfix_str("waiting for a batch", refresh=True)
-            batch_id, groups = client.wait_for_batch(should_stop=should_stop, on_wait=channel.heartbeat)
+            batch_id, groups = client.wait_for_batch(
+                poll_interval=BATCH_POLL_S, should_stop=should_stop, on_wait=channel.heartbeat
+            )
             if groups is None:
                 break
             fresh, stale = split_stale_groups(groups, step, config.max_staleness)
