@@ -7,7 +7,8 @@
    cached result of an earlier run with the same settings;
 3. held-out accuracy of the warm-started model (the environment's evaluation split, greedy decoding);
 4. ``run-api`` (temporary data dir), the trainer (``python -m example_trainer.grpo``, which starts the
-   vLLM server and reloads it in place with the new weights after every step) and the arithmetic
+   inference server, vLLM or with ``--inference-backend hf`` a light Hugging Face ``generate`` server, and
+   reloads it in place with the new weights after every step) and the arithmetic
    environment in ``serve`` mode, each as its own process, until the trainer has done ``--steps`` steps;
 5. held-out accuracy of the final checkpoint, on the same problems with the same decoding;
 
@@ -85,7 +86,18 @@ class DemoConfig(BaseModel):
     refresh_mode: Literal["reload", "restart"] = Field(
         "reload", description="refresh vLLM in place (reload) or by restarting it"
     )
-    vllm_startup_timeout: float = Field(600.0, gt=0, description="seconds to wait for vLLM's /health")
+    inference_backend: Literal["vllm", "hf"] = Field(
+        "vllm",
+        description="inference server: vllm, or hf (Hugging Face generate in one light process; "
+        "faster for the tiny model on a few cores)",
+    )
+    inference_threads: int = Field(1, ge=1, description="torch threads of the hf inference server")
+    env_workers: int = Field(
+        32, ge=1, description="groups the environment generates concurrently (one request each)"
+    )
+    vllm_startup_timeout: float = Field(
+        600.0, gt=0, description="seconds to wait for the inference server's /health"
+    )
     torch_threads: int = Field(
         1,
         ge=1,
@@ -150,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["type"] = info.annotation
         elif name == "refresh_mode":
             kwargs["choices"] = ["reload", "restart"]
+        elif name == "inference_backend":
+            kwargs["choices"] = ["vllm", "hf"]
         parser.add_argument(flag, **kwargs)
     return parser
 
@@ -325,6 +339,8 @@ class Demo:
             "--max-model-len", "256",
             "--vllm-enforce-eager",
             "--vllm-startup-timeout", str(cfg.vllm_startup_timeout),
+            "--inference-backend", cfg.inference_backend,
+            "--inference-threads", str(cfg.inference_threads),
             "--log-dir", str(self.logs),
             "--plot-path", str(self.run_dir / "training_curves.png"),
         ]  # fmt: skip
@@ -342,6 +358,7 @@ class Demo:
             "--env.steps_per_eval", "0",
             "--env.use_wandb", "false",
             "--env.max_batches_offpolicy", "1",
+            "--env.max_num_workers", str(cfg.env_workers),
             "--env.shutdown_timeout", "5",
             "--env.min_digits", str(cfg.min_digits),
             "--env.max_digits", str(cfg.max_digits),
@@ -388,7 +405,8 @@ class Demo:
         ).start()
         self.services.append(self.env)
         self.say(
-            f"started run-api (pid {self.api.proc.pid}), trainer (pid {self.trainer.pid}; it starts vLLM on "
+            f"started run-api (pid {self.api.proc.pid}), trainer (pid {self.trainer.pid}; it starts "
+            f"{'vLLM' if self.config.inference_backend == 'vllm' else 'the hf inference server'} on "
             f"port {self.vllm_port}) and environment (pid {self.env.pid}); logs in {self.logs}"
         )
 
@@ -411,8 +429,12 @@ class Demo:
             raise DemoFailed(f"gave up after --timeout {self.config.timeout:.0f} s (logs in {self.logs})")
 
     def wait_for_vllm(self, progress: Any, started: float) -> None:
-        task = progress.add_task("starting vLLM (about a minute on CPU)", total=None)
-        with self.timings.phase("vLLM start-up"):
+        vllm = self.config.inference_backend == "vllm"
+        task = progress.add_task(
+            "starting vLLM (about a minute on CPU)" if vllm else "starting the hf inference server",
+            total=None,
+        )
+        with self.timings.phase("vLLM start-up" if vllm else "hf server start-up"):
             url = f"http://127.0.0.1:{self.vllm_port}/health"
             while not wait_http_ok(url, 1.0, interval=0.5):
                 self._check_services()

@@ -1,7 +1,7 @@
 """Run reporting: a JSONL metrics log, wandb (offline without a key) and the end-of-run PNG plot.
 
-``<save_path>/metrics.jsonl`` holds one JSON object per line with a ``step`` key: training metrics after
-each optimizer step (``train/loss``, ``train/kept_reward_mean``, ``train/tokens_per_s``, ...) and evaluation
+``<save_path>/metrics.jsonl`` holds one JSON object per line with a ``step`` key and the wall-clock
+``time`` it was written (Unix seconds): training metrics after each optimizer step (``train/loss``, ``train/kept_reward_mean``, ``train/tokens_per_s``, ...) and evaluation
 metrics from the eval hook (``eval/accuracy``, ...). A resumed run appends to the same file; for each step
 the last record wins, so the plot shows the run as it was finally trained.
 
@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import string
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -73,12 +74,14 @@ class RunLogger:
         record = {
             "step": step,
             **{k: v for k, v in metrics.items() if isinstance(v, int | float | str | None)},
+            "time": round(time.time(), 3),
         }
         with self.path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
         if self.run is not None:
             self.run.log(
-                {k: v for k, v in record.items() if k != "step" and isinstance(v, int | float)}, step=step
+                {k: v for k, v in record.items() if k not in ("step", "time") and isinstance(v, int | float)},
+                step=step,
             )
 
     def finish(self) -> None:

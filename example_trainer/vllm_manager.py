@@ -12,6 +12,10 @@ one of four ways (:data:`RefreshMode`):
                   adapter (``/v1/load_lora_adapter``, then ``/lora/load``);
 ``lora_restart``  restart the server on the base model, then activate the adapter.
 
+With ``backend="hf"`` the server is ``python -m example_trainer.hf_generation`` instead (Hugging Face
+``generate`` in one process, for small models on a CPU): the same ``/health``, ``/generate`` and
+``/bridge/update_weights`` routes, so ``restart`` and ``reload`` work the same way; no LoRA modes.
+
 Only the manager's own process group is ever signalled (never by name, port or GPU). A server
 that dies is detected (a watcher thread and every call check it), reported with the tail of its
 log and restarted once; a second death raises :class:`VllmDiedError`.
@@ -33,7 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import requests
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from example_trainer.weight_refresh import (
     WeightUpdateError,
@@ -92,6 +96,12 @@ class VllmManagerConfig(BaseModel):
     max_crash_restarts: int = Field(1, ge=0, description="automatic restarts after the server dies")
     watch_interval: float | None = Field(2.0, gt=0, description="seconds between liveness checks; None: off")
     api_key: str | None = Field(None, description="the server's --api-key (sent as a bearer token)")
+    backend: Literal["vllm", "hf"] = Field(
+        "vllm",
+        description="vllm (example_trainer.vllm_api_server) or hf (example_trainer.hf_generation: Hugging "
+        "Face generate in one process, for small models on a CPU; full weights only)",
+    )
+    inference_threads: int = Field(1, ge=1, description="torch threads of the hf server")
 
     @field_validator("max_lora_rank")
     @classmethod
@@ -99,6 +109,12 @@ class VllmManagerConfig(BaseModel):
         if value not in VLLM_LORA_RANKS:
             raise ValueError(f"must be one of {VLLM_LORA_RANKS} (vLLM's --max-lora-rank values)")
         return value
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> VllmManagerConfig:
+        if self.backend == "hf" and self.refresh_mode in ("lora", "lora_restart"):
+            raise ValueError("the hf backend serves full weights; LoRA refresh modes need vllm")
+        return self
 
     @classmethod
     def from_training_config(cls, cfg: Any) -> VllmManagerConfig:
@@ -130,6 +146,8 @@ class VllmManagerConfig(BaseModel):
             "vllm_startup_timeout": "startup_timeout",
             "vllm_extra_args": "extra_args",
             "vllm_api_key": "api_key",
+            "inference_backend": "backend",
+            "inference_threads": "inference_threads",
         }
         for source, target in optional.items():
             value = getattr(cfg, source, None)
@@ -385,6 +403,20 @@ class VllmManager:
     def command(self, model_path: str) -> list[str]:
         """The server command line for ``model_path``."""
         cfg = self.config
+        if cfg.backend == "hf":
+            cmd = [
+                sys.executable, "-m", "example_trainer.hf_generation",
+                "--model", model_path,
+                "--served-model-name", self._served_name or model_path,
+                "--host", cfg.vllm_host, "--port", str(cfg.vllm_port),
+                "--max-model-len", str(cfg.max_model_len),
+                "--torch-threads", str(cfg.inference_threads),
+            ]  # fmt: skip
+            if not has_tokenizer(model_path):
+                cmd += ["--tokenizer", self._tokenizer_source(model_path)]
+            if cfg.api_key:
+                cmd += ["--api-key", cfg.api_key]
+            return cmd
         on_gpu = cuda_available()
         dtype = cfg.dtype
         if not on_gpu and dtype in ("auto", "bfloat16", "float16"):
