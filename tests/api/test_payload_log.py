@@ -16,8 +16,8 @@ from atroposlib.api.server import create_app
 from atroposlib.api.state import TrajectoryState
 from atroposlib.api.store import DB_FILENAME, PAYLOAD_DIRNAME, SCHEMA_VERSION, SqliteStore
 from atroposlib.api.store.payload_log import PayloadError, PayloadLog
-from tests.helpers.api import registration
 from tests.api.test_state import grp, put, reg, served_markers
+from tests.helpers.api import registration
 
 REGISTRATION = registration()
 
