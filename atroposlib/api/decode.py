@@ -210,7 +210,7 @@ def int32_matrix(raw: bytes) -> tuple[bytes, list[int]] | None:
     runs = runs[:-2] & runs[2:]  # ten
     if runs.any():
         for a, b in rows:
-            for number in raw[a:b].split(b","):
+            for number in raw[a:b].split(b",") if b > a else ():
                 if len(number) > 11 or not INT32_MIN <= int(number) <= INT32_MAX:
                     return None
     minus = text[:-1] == _MINUS

@@ -372,3 +372,56 @@ def test_lists_get_the_originals_answer(raw):
     assert [(g.scores, g.env_id, g.token_lengths) for g in got] == [
         (g.scores, g.env_id, g.token_lengths) for g in want
     ]
+
+
+def random_matrix_text(rng: random.Random) -> bytes:
+    """Valid JSON near an int matrix: rows of ints with random spacing, sometimes with something else."""
+    spaces = ["", "", " ", "\n", "\t", "\r\n  "]
+
+    def space() -> str:
+        return rng.choice(spaces)
+
+    def number() -> str:
+        roll = rng.random()
+        if roll < 0.05:
+            return rng.choice(["-0", "0", "2147483647", "-2147483648", "2147483648", "-2147483649"])
+        if roll < 0.1:
+            return str(rng.randrange(-(10**12), 10**12))
+        if roll < 0.12:
+            return rng.choice(["1.0", "1e3", "true", "null", '"7"', "[1]", "[]", "{}"])
+        return str(rng.randrange(-100, 160_000))
+
+    def row() -> str:
+        items = [number() for _ in range(rng.choice([0, 1, 2, 5, 30]))]
+        return "[" + space() + ("," + space()).join(items) + space() + "]"
+
+    rows = [row() if rng.random() > 0.03 else number() for _ in range(rng.choice([0, 1, 2, 8]))]
+    return (space() + "[" + space() + ("," + space()).join(rows) + space() + "]" + space()).encode()
+
+
+def test_int32_matrix_reads_a_matrix_exactly_as_a_typed_decode_does():
+    """The text check accepts exactly the matrices a ``list[list[int32]]`` decode accepts, with the
+    same values (its compact text encodes them) and row lengths."""
+    import msgspec
+
+    from atroposlib.api.decode import Int32, int32_matrix
+
+    typed = msgspec.json.Decoder(list[list[Int32]])
+    rng = random.Random(20)
+    accepted = 0
+    for _ in range(3000):
+        text = random_matrix_text(rng)
+        try:
+            want = typed.decode(text)
+        except msgspec.ValidationError:
+            want = None
+        got = int32_matrix(text.strip())
+        if want is None:
+            assert got is None, text
+            continue
+        accepted += 1
+        assert got is not None, text
+        compact, lengths = got
+        assert compact == msgspec.json.encode(want), text
+        assert lengths == [len(row) for row in want], text
+    assert 1000 < accepted < 3000
