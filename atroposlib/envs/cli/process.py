@@ -17,6 +17,7 @@ from atroposlib.envs.serve.wandb_logging import run_name
 from atroposlib.envs.serve.workers import unpack_collect_result
 from atroposlib.envs.server_handling.errors import ServerUnavailableError
 
+# compat: environments log under the logger name of atroposlib 0.4.0 (``atroposlib.envs.base``).
 logger = logging.getLogger("atroposlib.envs.base")
 
 

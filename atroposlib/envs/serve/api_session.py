@@ -14,6 +14,7 @@ from typing import Any
 from atroposlib.envs.serve.api_client import ApiRejected, ApiUnavailable
 from atroposlib.envs.serve.scheduling import backoff_delay, resolve_max_num_workers
 
+# compat: environments log under the logger name of atroposlib 0.4.0 (``atroposlib.envs.base``).
 logger = logging.getLogger("atroposlib.envs.base")
 
 #: Seconds between two progress lines while a wait goes on.

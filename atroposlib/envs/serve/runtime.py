@@ -25,6 +25,7 @@ from atroposlib.envs.serve.sending import trim_buffer
 from atroposlib.envs.serve.setup_errors import run_setup
 from atroposlib.envs.serve.workers import WorkerPoolMixin
 
+# compat: environments log under the logger name of atroposlib 0.4.0 (``atroposlib.envs.base``).
 logger = logging.getLogger("atroposlib.envs.base")
 
 

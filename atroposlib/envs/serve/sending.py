@@ -24,6 +24,7 @@ from atroposlib.envs.serve.jsonl_sink import UnsentGroupsFile
 #: so a trainer can bound how stale (off-policy) a batch may be (``atropos-grpo --max-staleness``).
 POLICY_STEP: ContextVar[Optional[int]] = ContextVar("atropos_policy_step", default=None)
 
+# compat: environments log under the logger name of atroposlib 0.4.0 (``atroposlib.envs.base``).
 logger = logging.getLogger("atroposlib.envs.base")
 
 #: Problems that are a normal part of training (logged at INFO); everything else is a WARNING.

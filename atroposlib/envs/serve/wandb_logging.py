@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+# compat: environments log under the logger name of atroposlib 0.4.0 (``atroposlib.envs.base``).
 logger = logging.getLogger("atroposlib.envs.base")
 
 #: The start of the log line with an env's rollout stats; a JSON object follows it.

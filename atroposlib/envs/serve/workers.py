@@ -21,6 +21,7 @@ from typing import Any, Optional
 from atroposlib.envs.serve.scheduling import train_worker_cap
 from atroposlib.envs.serve.sending import POLICY_STEP, describe_item, trim_buffer
 
+# compat: environments log under the logger name of atroposlib 0.4.0 (``atroposlib.envs.base``).
 logger = logging.getLogger("atroposlib.envs.base")
 
 
