@@ -127,3 +127,21 @@ def test_evaluate_scores_the_held_out_rows(tmp_path, tiny_model_dir):
     assert metrics["results"]["all"] == {"eval/percent_correct": 1.0}
     held_out = [json.loads(line)["country"] for line in DATA.read_text().splitlines()[-4:]]
     assert [s["country"] for s in read_jsonl(evals / "samples.jsonl")] == held_out
+
+
+@pytest.mark.slow
+def test_the_guides_commands_run_as_written(tmp_path):
+    """The "Run it without a model" block, from a directory with the repository's docs/ linked in."""
+    from tests.docs.shell_blocks import BlockRun, block_commands, free_port
+
+    (tmp_path / "docs").symlink_to(REPO / "docs")
+    run = BlockRun(tmp_path, {9001: free_port()})
+    try:
+        run.run(block_commands(GUIDE.read_text(), "## Run it without a model"))
+    finally:
+        run.stop()
+    groups = read_jsonl(tmp_path / "runs" / "capitals.jsonl")
+    assert len(groups) == 3 and all(g["scores"] == [1.0, 0.0, 1.0, 0.0] for g in groups)
+    assert (tmp_path / "runs" / "capitals.html").exists()
+    metrics = json.loads((tmp_path / "runs" / "capitals_eval" / "metrics.json").read_text())
+    assert metrics["results"]["all"]["eval/percent_correct"] == 1.0
