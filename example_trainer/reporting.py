@@ -111,11 +111,28 @@ def plot_training_curves(
     metrics_path: str | Path, out_path: str | Path, max_step: int | None = None
 ) -> Path | None:
     """Draw the kept groups' reward (``train/kept_reward_mean``) and held-out accuracy (``eval/accuracy``)
-    over steps into a PNG.
+    over steps into a PNG (see :func:`training_figure`).
 
     Steps above ``max_step`` (from a crashed attempt that was later resumed) are left out. Returns the
     PNG path, or None when there is nothing to draw or matplotlib is missing.
     """
+    fig = training_figure(metrics_path, max_step)
+    if fig is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # "tight" grows the canvas to hold the legend below the axes.
+    fig.savefig(out, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
+def training_figure(metrics_path: str | Path, max_step: int | None = None) -> Any:
+    """The matplotlib figure of :func:`plot_training_curves`: reward on the left axis, accuracy on the
+    right, one legend below the axes (it never covers the curves); None when there is nothing to draw or
+    matplotlib is missing."""
     try:
         import matplotlib
 
@@ -131,8 +148,9 @@ def plot_training_curves(
     if not reward and not accuracy:
         return None
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    lines = []
     if reward:
-        ax.plot(
+        lines += ax.plot(
             *zip(*reward, strict=True),
             color="tab:blue",
             marker=".",
@@ -142,15 +160,20 @@ def plot_training_curves(
     ax.set_ylabel("reward", color="tab:blue")
     if accuracy:
         ax2 = ax.twinx()
-        ax2.plot(*zip(*accuracy, strict=True), color="tab:red", marker="o", label="held-out accuracy")
+        lines += ax2.plot(
+            *zip(*accuracy, strict=True), color="tab:red", marker="o", label="held-out accuracy"
+        )
         ax2.set_ylabel("held-out accuracy", color="tab:red")
         ax2.set_ylim(-0.02, 1.02)
     ax.set_title("GRPO training")
     ax.grid(alpha=0.3)
-    fig.legend(loc="lower right")
     fig.tight_layout()
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    ax.legend(
+        lines,
+        [line.get_label() for line in lines],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=2,
+        frameon=False,
+    )
+    return fig
