@@ -76,14 +76,7 @@ import requests
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from atroposlib.testing.scripted_backend import (
-    BadRequest,
-    ByteTokenizer,
-    Generation,
-    Respond,
-    ScriptedBackend,
-    scripted_logprob,
-)
+from atroposlib.testing.scripted_backend import BadRequest, Respond, ScriptedBackend, scripted_logprob
 
 
 def _json(content: Any, status: int = 200) -> Response:
@@ -417,10 +410,6 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 __all__ = [
-    "BadRequest",
-    "ByteTokenizer",
-    "Generation",
-    "Respond",
     "ScriptedBackend",
     "ScriptedServer",
     "create_app",
