@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.helpers.serve import wait_for
 from tests.helpers.inference import (
     assert_close,
     assert_differs,
@@ -27,6 +26,7 @@ from tests.helpers.inference import (
     openai_prompt_logprobs,
     served_prompt_logprobs,
 )
+from tests.helpers.serve import wait_for
 
 # One manager serves the whole module and the tests build on each other's refreshes (launch counts, pids):
 # under pytest-xdist they all run on one worker.
