@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -114,6 +115,113 @@ def _reference_logprobs(
         return token_logprobs(logits, labels, temperatures)
 
 
+@dataclass
+class SharedPrefixLayout:
+    """A micro-batch regrouped so that each distinct prompt runs through the model once.
+
+    Row ``i`` is ``prefix[row_prefix[i]]`` (its tokens before its first trained position) followed by
+    ``suffix[i]`` (its tokens from there to its last trained position); ``suffix_labels`` etc. are the
+    row's per-position tensors on the suffix columns (``-100`` / 0 / NaN after the row's end).
+    """
+
+    prefix_ids: torch.Tensor  #: [U, P] right-padded distinct prefixes
+    prefix_mask: torch.Tensor  #: [U, P] 1 on real tokens
+    row_prefix: torch.Tensor  #: [B] index of each row's prefix
+    suffix_ids: torch.Tensor  #: [B, S]
+    suffix_mask: torch.Tensor  #: [B, S]
+    suffix_positions: torch.Tensor  #: [B, S] position ids (prefix length + column)
+    suffix_labels: torch.Tensor  #: [B, S]
+    suffix_advantages: torch.Tensor  #: [B, 1] or [B, S]
+    suffix_logprobs: torch.Tensor | None  #: [B, S]
+
+
+_SHARED_PREFIX_SUPPORTED: dict[type, bool] = {}
+#: Share prompts only when at least this many rows share each distinct prefix on average.
+MIN_ROWS_PER_PREFIX = 2.0
+
+
+def shared_prefix_layout(mb: MicroBatch) -> SharedPrefixLayout | None:
+    """The micro-batch as distinct prefixes plus per-row suffixes, or None when that saves nothing
+    (fewer than :data:`MIN_ROWS_PER_PREFIX` rows per distinct prefix, or a row with nothing to train).
+
+    GRPO groups are several completions of one prompt: their prompts are identical, so the forward and
+    backward passes over them can be done once per group instead of once per row.
+    """
+    trained = mb.labels != IGNORE_INDEX
+    if not bool(trained.any(dim=1).all()):
+        return None
+    cols = torch.arange(mb.labels.shape[1])
+    first = torch.where(trained, cols, mb.labels.shape[1]).min(dim=1).values
+    last = torch.where(trained, cols, -1).max(dim=1).values
+    if bool((first < 1).any()):
+        return None
+    keys: dict[tuple[int, ...], int] = {}
+    row_prefix = []
+    token_rows = mb.tokens.tolist()
+    for row, start in zip(token_rows, first.tolist(), strict=True):
+        row_prefix.append(keys.setdefault(tuple(row[:start]), len(keys)))
+    if len(token_rows) < MIN_ROWS_PER_PREFIX * len(keys):
+        return None
+    prefixes = list(keys)
+    width = max(len(p) for p in prefixes)
+    prefix_ids = torch.zeros((len(prefixes), width), dtype=mb.tokens.dtype)
+    prefix_mask = torch.zeros((len(prefixes), width), dtype=torch.long)
+    for u, prefix in enumerate(prefixes):
+        prefix_ids[u, : len(prefix)] = torch.tensor(prefix, dtype=mb.tokens.dtype)
+        prefix_mask[u, : len(prefix)] = 1
+    lengths = (last - first + 1).tolist()
+    span = max(lengths)
+    b = len(token_rows)
+    # Gather each row's columns first..first+span-1, then blank what lies past the row's own end.
+    index = (first.unsqueeze(1) + torch.arange(span).unsqueeze(0)).clamp(max=mb.labels.shape[1] - 1)
+    inside = torch.arange(span).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+    suffix_ids = torch.where(inside, mb.tokens.gather(1, index), 0)
+    suffix_labels = torch.where(inside, mb.labels.gather(1, index), IGNORE_INDEX)
+    advantages = mb.advantages
+    if advantages.shape[1] != 1:
+        advantages = torch.where(inside, advantages.gather(1, index), 0)
+    logprobs = None
+    if mb.inference_logprobs is not None:
+        logprobs = torch.where(inside, mb.inference_logprobs.gather(1, index), float("nan"))
+    return SharedPrefixLayout(
+        prefix_ids=prefix_ids,
+        prefix_mask=prefix_mask,
+        row_prefix=torch.tensor(row_prefix, dtype=torch.long),
+        suffix_ids=suffix_ids,
+        suffix_mask=inside.long(),
+        suffix_positions=first.unsqueeze(1) + torch.arange(span).unsqueeze(0).expand(b, span),
+        suffix_labels=suffix_labels,
+        suffix_advantages=advantages,
+        suffix_logprobs=logprobs,
+    )
+
+
+def shared_prefix_logits(model: Any, layout: SharedPrefixLayout, device: str) -> torch.Tensor:
+    """Logits [B, S, V] of every suffix position: the prefixes run once (their key/value cache, with its
+    gradient, is copied to their rows), then the suffixes attend to it."""
+    prefix_ids = layout.prefix_ids.to(device)
+    prefix_mask = layout.prefix_mask.to(device)
+    positions = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=positions, use_cache=True,
+        logits_to_keep=1,
+    )  # fmt: skip
+    cache = out.past_key_values
+    rows = layout.row_prefix.to(device)
+    if hasattr(cache, "batch_select_indices"):
+        cache.batch_select_indices(rows)
+    else:  # older transformers
+        cache.reorder_cache(rows)
+    mask = torch.cat([prefix_mask.index_select(0, rows), layout.suffix_mask.to(device)], dim=1)
+    return model(
+        input_ids=layout.suffix_ids.to(device),
+        attention_mask=mask,
+        position_ids=layout.suffix_positions.to(device),
+        past_key_values=cache,
+        use_cache=True,
+    ).logits
+
+
 def _participate(model: Any, device: str) -> None:
     """A zero-weight forward/backward, so a rank with nothing to train still joins gradient sync."""
     tokens = torch.zeros((1, 1), dtype=torch.long, device=device)
@@ -128,6 +236,7 @@ def run_training_step(
     step: int,
     ref_model: Any | None = None,
     dist: DistContext | None = None,
+    share_prefixes: bool | None = None,
 ) -> dict[str, float]:
     """Train on one API batch and take one optimizer step; returns averaged metrics.
 
@@ -142,8 +251,16 @@ def run_training_step(
     Each micro-batch only runs the columns up to its last trained position, and the LM head only on
     the columns from its first trained position: padding and prompt-only columns cost nothing, and the
     result is the same as on the full padded batch.
+
+    ``share_prefixes`` (default: on for one process without a KL term): rows that share their tokens up to
+    their first trained position (the completions of one prompt) run that prefix through the model once
+    (see :func:`shared_prefix_layout`); the loss and gradients are those of the row-by-row computation.
     """
     ctx = dist or DistContext(device=config.device)
+    if share_prefixes is None:
+        share_prefixes = (
+            not ctx.enabled and config.kl_coef == 0 and _SHARED_PREFIX_SUPPORTED.get(type(model), True)
+        )
     lr = lr_at_step(step, config.lr, config.warmup_steps)
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -163,17 +280,31 @@ def run_training_step(
                 if ctx.enabled:
                     _participate(model, device)
                 continue
-            first, end = window
-            keep = end - first
-            tokens = mb.tokens[:, :end].to(device, non_blocking=True)
-            labels = mb.labels[:, first:end].to(device, non_blocking=True)
-            advantages = mb.advantages if mb.advantages.shape[1] == 1 else mb.advantages[:, first:end]
-            lam = None if mb.inference_logprobs is None else mb.inference_logprobs[:, first:end].to(device)
             temps = mb.temperatures.to(device)
             ref_lp = None
-            if config.kl_coef > 0:
-                ref_lp = _reference_logprobs(unwrap_model(model), ref_model, tokens, keep, labels, temps)
-            logits = forward_logits(model, tokens, keep)
+            layout = shared_prefix_layout(mb) if share_prefixes else None
+            logits = None
+            if layout is not None:
+                try:
+                    logits = shared_prefix_logits(model, layout, device)
+                except TypeError:  # a model without position_ids / past_key_values / logits_to_keep
+                    _SHARED_PREFIX_SUPPORTED[type(model)] = False
+            if logits is not None:
+                labels = layout.suffix_labels.to(device)
+                advantages = layout.suffix_advantages
+                lam = None if layout.suffix_logprobs is None else layout.suffix_logprobs.to(device)
+            else:
+                first, end = window
+                keep = end - first
+                tokens = mb.tokens[:, :end].to(device, non_blocking=True)
+                labels = mb.labels[:, first:end].to(device, non_blocking=True)
+                advantages = mb.advantages if mb.advantages.shape[1] == 1 else mb.advantages[:, first:end]
+                lam = (
+                    None if mb.inference_logprobs is None else mb.inference_logprobs[:, first:end].to(device)
+                )
+                if config.kl_coef > 0:
+                    ref_lp = _reference_logprobs(unwrap_model(model), ref_model, tokens, keep, labels, temps)
+                logits = forward_logits(model, tokens, keep)
             out = compute_grpo_loss(
                 logits,
                 labels,
