@@ -13,7 +13,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from atroposlib.testing.scripted_server import launch_scripted_server
-from tests.fixtures.cli_runs import read_jsonl, run_env
+from tests.helpers.cli_runs import read_jsonl, run_env
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "first-environment.md"

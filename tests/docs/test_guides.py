@@ -20,7 +20,7 @@ from atroposlib.envs.base import APIServerConfig, ScoredDataGroup
 from atroposlib.envs.server_handling.server_manager import ServerManager
 from atroposlib.testing.scripted_server import launch_scripted_server
 from tests.docs.shell_blocks import REPO
-from tests.fixtures.cli_runs import read_jsonl, run_env
+from tests.helpers.cli_runs import read_jsonl, run_env
 
 DOCS = REPO / "docs"
 

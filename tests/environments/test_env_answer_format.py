@@ -18,8 +18,8 @@ from environments.answer_format_environment import (
     gold_answer,
     score_reply,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, read_jsonl
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, read_jsonl
+from tests.helpers.single_turn_runs import (
     OFFLINE,
     check_group,
     evaluate_metrics,

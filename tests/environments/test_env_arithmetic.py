@@ -18,7 +18,7 @@ from environments.arithmetic_server import (
     score_completion,
     sft_examples,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, arithmetic_responder, read_jsonl, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, arithmetic_responder, read_jsonl, run_env
 
 
 # ------------------------------------------------------------------------------------------------ task

@@ -17,8 +17,8 @@ from environments.game_environments.blackjack_env import (
     BlackjackSession,
     describe_hand,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, read_jsonl, run_env
-from tests.fixtures.multi_turn_runs import episode_responder, take_action
+from tests.helpers.cli_runs import ENVIRONMENTS, read_jsonl, run_env
+from tests.helpers.multi_turn_runs import episode_responder, take_action
 
 SCRIPT = ENVIRONMENTS / "game_environments" / "blackjack_env.py"
 

@@ -20,8 +20,8 @@ from environments.code_execution_server import (
     CodingEnv,
     humaneval_rows,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
+from tests.helpers.single_turn_runs import (
     check_group,
     evaluate_metrics,
     offline_env,

@@ -12,8 +12,8 @@ from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
 from atroposlib.envs.reward_fns import registry
 from environments.dataset_environment.dataset_env import DatasetEnv, DatasetEnvConfig, reply_form_ok
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, GSM8K_SAMPLE, gsm8k_responder, read_jsonl, run_env
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, GSM8K_SAMPLE, gsm8k_responder, read_jsonl, run_env
+from tests.helpers.single_turn_runs import (
     OFFLINE,
     check_group,
     check_groups,

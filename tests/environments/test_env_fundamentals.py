@@ -19,8 +19,8 @@ from environments.fundamental_prediction_environment import (
     prediction_score,
     row_to_item,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.single_turn_runs import (
     check_groups,
     evaluate_metrics,
     offline_env,

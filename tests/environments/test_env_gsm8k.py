@@ -10,7 +10,7 @@ from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.cli import run_cli
 from atroposlib.testing.scripted_server import launch_scripted_server
 from environments.gsm8k_server import GSM8kEnv, GSM8kEnvConfig, gold_number
-from tests.fixtures.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, gsm8k_responder, read_jsonl, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, gsm8k_responder, read_jsonl, run_env
 
 ROWS = read_jsonl(GSM8K_SAMPLE)
 

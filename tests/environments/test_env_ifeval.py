@@ -11,8 +11,8 @@ from environments.instruction_following_algorithm_environment import (
     InstructionFollowingEnv,
     evaluation_metrics,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.single_turn_runs import (
     check_group,
     evaluate_metrics,
     offline_env,

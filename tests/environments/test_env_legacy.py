@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from atroposlib.testing.scripted_server import launch_scripted_server
-from tests.fixtures.cli_runs import LEGACY_ENVS, alternating_responder, read_jsonl, run_env
+from tests.helpers.cli_runs import LEGACY_ENVS, alternating_responder, read_jsonl, run_env
 
 WORDS = ["apple", "river", "stone", "cloud", "tiger", "maple", "ocean", "piano"]
 PHRASES = ["red fox", "blue sky", "green tea", "gold coin", "white snow"]

@@ -18,8 +18,8 @@ from environments.letter_counting_environment import (
     read_word_list,
     score_reply,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS
+from tests.helpers.single_turn_runs import (
     check_group,
     evaluate_metrics,
     process_groups,

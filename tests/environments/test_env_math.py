@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from atroposlib.envs.data_loading import DatasetError
 from environments import math_server
 from environments.math_server import MathEnv, MathEnvConfig, MathItem, interleave, rows_to_items
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.single_turn_runs import (
     check_group,
     evaluate_metrics,
     offline_env,

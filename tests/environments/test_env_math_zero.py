@@ -17,8 +17,8 @@ from environments.math_server_zero import (
     zero_reply_answers,
 )
 from tests.environments.test_env_math import OTHER_FORM, ROWS, SAMPLE
-from tests.fixtures.cli_runs import ENVIRONMENTS
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS
+from tests.helpers.single_turn_runs import (
     check_group,
     evaluate_metrics,
     offline_env,

@@ -17,8 +17,8 @@ from environments.mcqa_thinking_env import (
     shuffled,
     user_prompt,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.single_turn_runs import (
     check_group,
     evaluate_metrics,
     offline_env,

@@ -25,7 +25,7 @@ from environments.multimodal_counting_server import (
     normalise_answer,
     score_reply,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, read_jsonl, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, read_jsonl, run_env
 
 
 def _picture(item) -> Image.Image:

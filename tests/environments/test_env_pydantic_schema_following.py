@@ -16,8 +16,8 @@ from environments.pydantic_schema_following_environment import (
     score_reply,
     target_for,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.single_turn_runs import (
     OFFLINE,
     check_groups,
     evaluate_metrics,

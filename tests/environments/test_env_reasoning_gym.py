@@ -14,8 +14,8 @@ from environments.reasoning_gym_environment import (
     extract_answer,
     registered_tasks,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS
+from tests.helpers.single_turn_runs import (
     check_group,
     evaluate_metrics,
     offline_env,

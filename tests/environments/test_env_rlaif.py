@@ -19,8 +19,8 @@ from environments.rlaif_server import (
     preference_scores,
     row_to_item,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
-from tests.fixtures.single_turn_runs import evaluate_metrics
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
+from tests.helpers.single_turn_runs import evaluate_metrics
 
 WILDCHAT = FIXTURES / "wildchat_sample.jsonl"
 ROWS = read_jsonl(WILDCHAT)

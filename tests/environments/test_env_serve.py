@@ -10,7 +10,7 @@ import sys
 import requests
 
 from atroposlib.testing.scripted_server import launch_scripted_server
-from tests.fixtures.cli_runs import LEGACY_ENVS
+from tests.helpers.cli_runs import LEGACY_ENVS
 from tests.helpers.serve import wait_for
 
 PHRASES = ["red fox", "blue sky", "green tea", "gold coin", "white snow"]

@@ -18,9 +18,9 @@ from environments.game_environments.taxi_env import (
     describe_state,
     taxi_env_id,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS
-from tests.fixtures.multi_turn_runs import episode_responder, take_action
-from tests.fixtures.single_turn_runs import process_groups
+from tests.helpers.cli_runs import ENVIRONMENTS
+from tests.helpers.multi_turn_runs import episode_responder, take_action
+from tests.helpers.single_turn_runs import process_groups
 
 SCRIPT = ENVIRONMENTS / "game_environments" / "taxi_env.py"
 

@@ -14,8 +14,8 @@ from environments.text_reversal_environment import (
     reverse_text,
     score_reply,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.single_turn_runs import (
     check_group,
     evaluate_metrics,
     offline_env,

@@ -15,9 +15,9 @@ from environments.game_environments.textworld_env import (
     TextWorldEnvConfig,
     clean_feedback,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS
-from tests.fixtures.multi_turn_runs import episode_responder, take_action
-from tests.fixtures.single_turn_runs import process_groups
+from tests.helpers.cli_runs import ENVIRONMENTS
+from tests.helpers.multi_turn_runs import episode_responder, take_action
+from tests.helpers.single_turn_runs import process_groups
 
 SCRIPT = ENVIRONMENTS / "game_environments" / "textworld_env.py"
 

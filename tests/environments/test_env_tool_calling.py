@@ -15,8 +15,8 @@ from environments.tool_calling_server import (
     evaluation_metrics,
     row_to_item,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
-from tests.fixtures.single_turn_runs import (
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.single_turn_runs import (
     check_group,
     evaluate_metrics,
     offline_env,

@@ -20,9 +20,9 @@ from environments.tool_use_multiturn_server import (
     answer_is_correct,
     gold_answer,
 )
-from tests.fixtures.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
-from tests.fixtures.multi_turn_runs import episode_responder, tool_call
-from tests.fixtures.single_turn_runs import evaluate_metrics
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
+from tests.helpers.multi_turn_runs import episode_responder, tool_call
+from tests.helpers.single_turn_runs import evaluate_metrics
 
 SAMPLE = FIXTURES / "tool_use_sample.jsonl"
 ITEM = ToolUseItem("A box holds 12 pencils. How many pencils are in 17 boxes?", "204")

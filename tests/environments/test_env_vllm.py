@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fixtures.cli_runs import ENVIRONMENTS, read_jsonl, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, read_jsonl, run_env
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -22,7 +22,7 @@ from atroposlib.envs.episodes import (
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from atroposlib.envs.server_handling.server_manager import ServerManager
 from atroposlib.testing.scripted_server import launch_scripted_server, scripted_logprob
-from tests.fixtures.multi_turn_runs import turn_of
+from tests.helpers.multi_turn_runs import turn_of
 
 OPENING = [{"role": "system", "content": "Play along."}, {"role": "user", "content": "Start."}]
 

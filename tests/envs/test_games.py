@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from atroposlib.envs.games import ACTION_TOOL, GameSession, InvalidAction, action_instructions, parse_action
-from tests.fixtures.multi_turn_runs import take_action, tool_call
+from tests.helpers.multi_turn_runs import take_action, tool_call
 
 
 @pytest.mark.parametrize(

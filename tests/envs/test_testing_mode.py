@@ -5,7 +5,7 @@ from __future__ import annotations
 from transformers import AutoTokenizer
 
 from atroposlib.envs.server_handling.server_harness import DEFAULT_RESPONSE
-from tests.fixtures.cli_runs import ENVIRONMENTS, read_jsonl, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, read_jsonl, run_env
 
 
 def test_testing_flag_gives_readable_replies(tiny_model_dir, tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 from atroposlib.testing.api_process import free_port
 from atroposlib.utils.hf_tokenizers import TokenizerLoadError, load_hf_tokenizer
-from tests.fixtures.cli_runs import REPO_ROOT, run_env
+from tests.helpers.cli_runs import REPO_ROOT, run_env
 
 SAMPLE_ENV = REPO_ROOT / "tests" / "helpers" / "sample_envs.py"
 

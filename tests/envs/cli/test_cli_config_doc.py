@@ -12,7 +12,7 @@ from atroposlib.envs.cli.values import format_default
 from atroposlib.envs.server_handling.server_manager import ServerManagerConfig
 from environments.arithmetic_server import ArithmeticEnvConfig
 from environments.gsm8k_server import GSM8kEnvConfig
-from tests.fixtures.cli_runs import REPO_ROOT
+from tests.helpers.cli_runs import REPO_ROOT
 
 
 def _section() -> str:

@@ -11,7 +11,7 @@ import yaml
 
 from atroposlib.envs.cli import run_cli
 from environments.arithmetic_server import ArithmeticEnv
-from tests.fixtures.cli_runs import ENVIRONMENTS, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, run_env
 
 SCRIPT = ENVIRONMENTS / "arithmetic_server.py"
 

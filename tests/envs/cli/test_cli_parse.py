@@ -30,7 +30,7 @@ from atroposlib.envs.cli.command import (
 )
 from atroposlib.envs.cli.config import mode_env_defaults
 from atroposlib.envs.cli.values import format_default
-from tests.fixtures.cli_runs import NoOpHooks
+from tests.helpers.cli_runs import NoOpHooks
 
 MODES = ["serve", "process", "evaluate"]
 
@@ -385,7 +385,7 @@ def test_evaluate_config_yaml_shapes_and_redaction(tmp_path):
 def test_example_yaml_configures_the_reference_envs():
     from environments.arithmetic_server import ArithmeticEnv
     from environments.gsm8k_server import GSM8kEnv
-    from tests.fixtures.cli_runs import ENVIRONMENTS
+    from tests.helpers.cli_runs import ENVIRONMENTS
 
     example = str(ENVIRONMENTS / "configs" / "example.yaml")
     gsm8k = parse_command(GSM8kEnv, ["serve", "--config", example, "--env.group_size", "8"]).resolve()

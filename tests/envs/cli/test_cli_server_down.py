@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from atroposlib.testing.api_process import free_port
-from tests.fixtures.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, run_env
 
 
 @pytest.mark.parametrize("mode", ["process", "evaluate"])

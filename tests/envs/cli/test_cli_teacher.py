@@ -9,7 +9,7 @@ from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.cli import CliUsageError, parse_command, run_cli
 from atroposlib.envs.cli.command import construct_env, write_evaluate_config
 from atroposlib.envs.teacher_distillation_env import TeacherDistillationConfig, TeacherDistillationEnv
-from tests.fixtures.cli_runs import NoOpHooks
+from tests.helpers.cli_runs import NoOpHooks
 
 
 class StudentEnv(NoOpHooks, TeacherDistillationEnv):

@@ -12,7 +12,7 @@ from atroposlib.envs.env_config import FALLBACK_TOKENIZER, BaseEnvConfig, resolv
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ServerBaseline
 from environments.arithmetic_server import ArithmeticEnv
 from environments.gsm8k_server import GSM8kEnv
-from tests.fixtures.cli_runs import ENVIRONMENTS, LEGACY_ENVS, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, LEGACY_ENVS, run_env
 from tests.helpers.sample_envs import CountingEnv, CountingEnvConfig
 
 

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from atroposlib.testing.scripted_server import launch_scripted_server
-from tests.fixtures.cli_runs import ENVIRONMENTS, arithmetic_responder, read_jsonl, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, arithmetic_responder, read_jsonl, run_env
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from atroposlib.envs.serve.setup_errors import EnvSetupError, run_setup
-from tests.fixtures.cli_runs import ENVIRONMENTS, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, run_env
 
 
 class _Broken:
