@@ -83,3 +83,32 @@ def test_serve_registers_under_the_env_name_and_sends_groups(tmp_path, tiny_mode
     # config_init's server (localhost:9004) gave way to the --openai.base_url given on the command line
     assert paths == {"/v1/completions"}
     assert "received SIGTERM" in log and "Traceback" not in log
+
+
+def test_serve_refused_by_the_api_ends_in_one_line(tmp_path, tiny_model_dir):
+    """A wrong API key is the user's to fix: ``serve`` exits 1 with the API's reason, no traceback."""
+    from atroposlib.testing.api_process import launch_api
+
+    env = {k: v for k, v in os.environ.items() if k != "ATROPOS_API_KEY"}
+    with launch_api(data_dir=tmp_path / "api", api_key="right-key") as api:
+        with launch_scripted_server(respond=_echo_respond, tokenizer=tiny_model_dir) as server:
+            result = subprocess.run(
+                [
+                    sys.executable, str(LEGACY_ENVS / "echo_completion_env.py"), "serve",
+                    "--env.tokenizer_name", str(tiny_model_dir),
+                    "--env.rollout_server_url", api.url,
+                    "--env.use_wandb", "false",
+                    "--openai.base_url", server.base_url,
+                    "--openai.model_name", "scripted-model",
+                ],
+                cwd=tmp_path,
+                env={**env, "HF_HUB_OFFLINE": "1"},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("echo_completion_env.py: error: [echo_completion] the API refused registration:")
+    assert "API key" in last

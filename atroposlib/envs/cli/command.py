@@ -382,7 +382,8 @@ def _run_offline(main: Any) -> None:
 def run_resolved(env_cls: type, resolved: ResolvedRun) -> Any:
     """Construct the environment and run ``resolved.mode`` to completion; returns the environment.
 
-    A failing ``setup()`` raises :class:`CliRunError` (one line) in every mode; in ``process`` and
+    A failing ``setup()`` raises :class:`CliRunError` (one line) in every mode, and so does a registration
+    the API refuses in ``serve``; in ``process`` and
     ``evaluate``, so do unreachable inference servers and items that keep failing."""
     ensure_wandb_usable(resolved.env_config)
     if resolved.mode == "evaluate":
@@ -392,10 +393,12 @@ def run_resolved(env_cls: type, resolved: ResolvedRun) -> Any:
     _print_configs(env_cls, resolved)
     env = construct_env(env_cls, resolved)
     if resolved.mode == "serve":
+        from atroposlib.envs.serve.api_session import RegistrationRefused
+
         try:
             asyncio.run(env.env_manager())
-        except EnvSetupError as exc:
-            raise CliRunError(str(exc)) from exc
+        except (EnvSetupError, RegistrationRefused) as exc:
+            raise CliRunError(" ".join(str(exc).split())) from exc
     elif resolved.mode == "process":
         env.process_mode = True
         env.n_groups_to_process = resolved.env_config.total_steps

@@ -21,6 +21,11 @@ logger = logging.getLogger("atroposlib.envs.base")
 REPORT_INTERVAL_S = 30.0
 
 
+class RegistrationRefused(RuntimeError):
+    """The API answered ``POST /register-env`` with a 4xx: a configuration error (wrong API key, a
+    ``group_size`` the trainer's batch cannot hold, ...). The message names the env and the API's reason."""
+
+
 class ApiSessionMixin:
     """Registration with the trajectory API and the status it reports."""
 
@@ -40,7 +45,7 @@ class ApiSessionMixin:
 
         Waits (1 s between tries, a log line every 30 s) while the API answers "wait for trainer to start";
         backs off exponentially (logging each failure) while the API is unreachable. A 4xx answer is a
-        configuration error and raises ``RuntimeError`` with the API's reason.
+        configuration error and raises :class:`RegistrationRefused` with the API's reason.
         """
         registration = self._registration()
         started = time.monotonic()
@@ -53,7 +58,9 @@ class ApiSessionMixin:
                 data = await self.api.register_env(registration)
                 failures = 0
             except ApiRejected as exc:
-                raise RuntimeError(f"[{self.env_label}] the API refused registration: {exc.reason}") from exc
+                raise RegistrationRefused(
+                    f"[{self.env_label}] the API refused registration: {exc.reason}"
+                ) from exc
             except ApiUnavailable as exc:
                 failures += 1
                 delay = backoff_delay(failures, base=1.0)
