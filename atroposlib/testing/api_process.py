@@ -13,12 +13,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import requests
+from atroposlib.testing.processes import stop_process, wait_until_ok
 
 
 def free_port() -> int:
@@ -61,18 +60,15 @@ class ApiProcess:
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"run-api exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if requests.get(f"{self.url}/info", headers=self.headers(), timeout=1).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"run-api did not become ready in {timeout} s:\n{self.log_tail()}")
+        try:
+            wait_until_ok(
+                self.proc, f"{self.url}/info", name="run-api", timeout=timeout, interval=0.05,
+                headers=self.headers(), log_tail=self.log_tail,
+            )  # fmt: skip
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -82,18 +78,11 @@ class ApiProcess:
 
     def kill9(self) -> None:
         """Kill the server with SIGKILL (simulates a crash) and reap it."""
-        if self.proc and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        stop_process(self.proc, sig=signal.SIGKILL)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server with SIGTERM (SIGKILL after ``timeout``) by its own pid."""
-        if self.proc and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill9()
+        stop_process(self.proc, timeout)
 
 
 @contextlib.contextmanager

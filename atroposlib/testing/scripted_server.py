@@ -60,8 +60,6 @@ import argparse
 import asyncio
 import contextlib
 import importlib
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -76,6 +74,7 @@ import requests
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from atroposlib.testing.processes import stop_process, wait_until_ok
 from atroposlib.testing.scripted_backend import BadRequest, Respond, ScriptedBackend, scripted_logprob
 
 
@@ -231,18 +230,12 @@ class ScriptedServer:
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"scripted server exited with {self._proc.returncode}")
-            try:
-                if requests.get(f"{self.root_url}/health", timeout=1).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"scripted server did not start within {timeout} s")
+        try:
+            wait_until_ok(self._proc, f"{self.root_url}/health", name="scripted server", timeout=timeout)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         """Stop the server (thread: graceful; subprocess: SIGTERM to its own pid, then SIGKILL)."""
@@ -251,15 +244,7 @@ class ScriptedServer:
             if self._thread is not None:
                 self._thread.join(timeout=10)
             self._uvicorn = None
-        if self._proc is not None and self._proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._proc.pid, signal.SIGTERM)
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self._proc.pid, signal.SIGKILL)
-                self._proc.wait(10)
+        stop_process(self._proc)
 
 
 def _free_port(host: str) -> int:

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import requests
-
 from atroposlib.testing.api_process import free_port
+from atroposlib.testing.processes import stop_process, wait_until_ok
 
 #: ``entrypoint`` values: the plain vLLM OpenAI server, or the trainer's server that adds the
 #: original's ``/generate``, ``/health_generate``, ``/bridge/*`` and ``/lora/*`` routes.
@@ -71,18 +68,15 @@ class VllmProcess:
             self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if requests.get(f"{self.root_url}/health", timeout=2).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"vLLM did not become healthy in {timeout} s:\n{self.log_tail()}")
+        try:
+            wait_until_ok(
+                self.proc, f"{self.root_url}/health", name="vLLM", timeout=timeout, interval=0.5,
+                log_tail=self.log_tail,
+            )  # fmt: skip
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -92,16 +86,7 @@ class VllmProcess:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the server's own process group (vLLM spawns engine workers), SIGKILL on timeout."""
-        if not self.proc or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        stop_process(self.proc, timeout, process_group=True)
 
 
 @contextlib.contextmanager

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from atroposlib.testing.processes import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,12 +50,6 @@ def block_commands(markdown: str, heading: str) -> list[Command]:
         if text:
             commands.append(Command(text.rstrip("&").strip(), text.endswith("&")))
     return commands
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -123,10 +117,4 @@ class BlockRun:
     def stop(self) -> None:
         """Stop the background processes, newest first: SIGTERM to each pid, SIGKILL if it lingers."""
         for item in reversed(self.background):
-            if item.proc.poll() is None:
-                os.kill(item.proc.pid, signal.SIGTERM)
-                try:
-                    item.proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.kill(item.proc.pid, signal.SIGKILL)
-                    item.proc.wait(10)
+            stop_process(item.proc, 30)

@@ -13,7 +13,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from atroposlib.testing.scripted_server import launch_scripted_server
-from tests.helpers.cli_runs import read_jsonl, run_env
+from tests.helpers.cli_runs import read_jsonl, run_env, scripted_flags
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "first-environment.md"
@@ -76,11 +76,8 @@ def test_process_writes_scored_groups(tmp_path, tiny_model_dir):
             EXAMPLE,
             [
                 "process",
-                "--openai.base_url", server.base_url,
-                "--openai.model_name", "scripted-model",
-                "--env.tokenizer_name", tiny_model_dir,
+                *scripted_flags(server.base_url, tiny_model_dir),
                 "--env.total_steps", "3",
-                "--env.use_wandb", "false",
                 "--env.data_path_to_save_groups", out,
             ],
             cwd=tmp_path,
@@ -114,10 +111,7 @@ def test_evaluate_scores_the_held_out_rows(tmp_path, tiny_model_dir):
             EXAMPLE,
             [
                 "evaluate",
-                "--openai.base_url", server.base_url,
-                "--openai.model_name", "scripted-model",
-                "--env.tokenizer_name", tiny_model_dir,
-                "--env.use_wandb", "false",
+                *scripted_flags(server.base_url, tiny_model_dir),
                 "--env.data_dir_to_save_evals", evals,
             ],
             cwd=tmp_path,
@@ -132,7 +126,8 @@ def test_evaluate_scores_the_held_out_rows(tmp_path, tiny_model_dir):
 @pytest.mark.slow
 def test_the_guides_commands_run_as_written(tmp_path):
     """The "Run it without a model" block, from a directory with the repository's docs/ linked in."""
-    from tests.docs.shell_blocks import BlockRun, block_commands, free_port
+    from atroposlib.testing.api_process import free_port
+    from tests.docs.shell_blocks import BlockRun, block_commands
 
     (tmp_path / "docs").symlink_to(REPO / "docs")
     run = BlockRun(tmp_path, {9001: free_port()})

@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.docs.shell_blocks import REPO, BlockRun, block_commands, free_port
+from atroposlib.testing.api_process import free_port
+from atroposlib.testing.processes import wait_until_ok
+from tests.docs.shell_blocks import REPO, BlockRun, block_commands
+from tests.helpers.cli_runs import read_jsonl
 
 SECTION = "## CPU-only path"
 README_PORTS = (9001, 8000, 7860)  # inference server, trajectory API, viewer
@@ -20,24 +21,6 @@ README_PORTS = (9001, 8000, 7860)  # inference server, trajectory API, viewer
 
 def readme_commands():
     return block_commands((REPO / "README.md").read_text(), SECTION)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def wait_for_http(url: str, item, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if item.proc.poll() is not None:
-            pytest.fail(f"{url}: the process exited with {item.proc.returncode}:\n{item.output()[-3000:]}")
-        try:
-            if requests.get(url, timeout=5).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(1)
-    pytest.fail(f"{url} did not answer within {timeout} s:\n{item.output()[-3000:]}")
 
 
 def test_section_parses_into_every_command():
@@ -90,7 +73,13 @@ def test_readme_cpu_path_runs_as_written(tmp_path):
 
         scripted, api, serve, viewer = run.background
         assert f"listening on http://127.0.0.1:{ports[9001]}/v1" in scripted.output()
-        wait_for_http(f"http://127.0.0.1:{ports[7860]}/", viewer)
+        wait_until_ok(
+            viewer.proc,
+            f"http://127.0.0.1:{ports[7860]}/",
+            name="view-run",
+            timeout=240,
+            log_tail=viewer.output,
+        )
         envs = requests.get(f"http://127.0.0.1:{ports[8000]}/inspect/envs", timeout=10).json()
         assert [e["desired_name"] for e in envs["envs"]] == ["arithmetic"]
         assert serve.proc.poll() is None, serve.output()[-3000:]

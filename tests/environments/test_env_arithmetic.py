@@ -18,7 +18,7 @@ from environments.arithmetic_server import (
     score_completion,
     sft_examples,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, arithmetic_responder, read_jsonl, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, arithmetic_responder, read_jsonl, run_env, scripted_flags
 
 
 # ------------------------------------------------------------------------------------------------ task
@@ -111,12 +111,9 @@ def test_process_writes_scored_groups_and_html(tmp_path, tiny_model_dir):
             ENVIRONMENTS / "arithmetic_server.py",
             [
                 "process",
-                "--env.tokenizer_name", tiny_model_dir,
-                "--openai.base_url", server.base_url,
-                "--openai.model_name", "scripted-model",
+                *scripted_flags(server.base_url, tiny_model_dir),
                 "--env.total_steps", "3",
                 "--env.group_size", "4",
-                "--env.use_wandb", "false",
                 "--env.data_path_to_save_groups", out,
             ],
             cwd=tmp_path,
@@ -159,12 +156,9 @@ def test_evaluate_reports_held_out_accuracy(tmp_path, tiny_model_dir):
                 ArithmeticEnv,
                 [
                     "evaluate",
-                    "--env.tokenizer_name", str(tiny_model_dir),
-                    "--openai.base_url", server.base_url,
-                    "--openai.model_name", "scripted-model",
+                    *scripted_flags(server.base_url, tiny_model_dir),
                     "--openai.api_key", "sk-secret-value",
                     "--env.eval_size", "6",
-                    "--env.use_wandb", "false",
                     "--env.data_dir_to_save_evals", str(evals),
                 ],
             )  # fmt: skip

@@ -10,7 +10,7 @@ import sys
 import requests
 
 from atroposlib.testing.scripted_server import launch_scripted_server
-from tests.helpers.cli_runs import LEGACY_ENVS
+from tests.helpers.cli_runs import LEGACY_ENVS, scripted_flags
 from tests.helpers.serve import wait_for
 
 PHRASES = ["red fox", "blue sky", "green tea", "gold coin", "white snow"]
@@ -95,11 +95,8 @@ def test_serve_refused_by_the_api_ends_in_one_line(tmp_path, tiny_model_dir):
             result = subprocess.run(
                 [
                     sys.executable, str(LEGACY_ENVS / "echo_completion_env.py"), "serve",
-                    "--env.tokenizer_name", str(tiny_model_dir),
+                    *scripted_flags(server.base_url, tiny_model_dir),
                     "--env.rollout_server_url", api.url,
-                    "--env.use_wandb", "false",
-                    "--openai.base_url", server.base_url,
-                    "--openai.model_name", "scripted-model",
                 ],
                 cwd=tmp_path,
                 env={**env, "HF_HUB_OFFLINE": "1"},

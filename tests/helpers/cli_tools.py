@@ -263,19 +263,11 @@ class ToolProcess:
         return self.log_path.read_text(errors="replace")
 
     def wait_http(self, url: str, timeout: float = 90) -> None:
-        import time
+        from atroposlib.testing.processes import wait_until_ok
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"process exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if requests.get(url, timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"{url} not up after {timeout} s:\n{self.log()}")
+        wait_until_ok(
+            self.proc, url, name=self.proc.args[2], timeout=timeout, interval=0.2, log_tail=self.log
+        )
 
     def wait_output(self, needle: str, timeout: float = 60) -> str:
         import time
@@ -291,18 +283,11 @@ class ToolProcess:
         raise AssertionError(f"{needle!r} not in output:\n{self.log()}")
 
     def stop(self, sig: int | None = None, timeout: float = 30) -> int:
-        import os
         import signal
-        import subprocess
 
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig or signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        return self.proc.returncode
+        from atroposlib.testing.processes import stop_process
+
+        return stop_process(self.proc, timeout, sig=sig or signal.SIGTERM)
 
 
 def assert_png(path: Path) -> tuple[int, int]:

@@ -1,0 +1,68 @@
+"""Waiting for a started service to answer, and stopping it by its own pid.
+
+The tests, benchmarks and launchers in :mod:`atroposlib.testing` start real services (``run-api``, vLLM, the
+scripted server, console tools) as subprocesses in their own session. These two functions are how each of them
+waits for readiness and how it is shut down: never by name, always by the pid (or process group) it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+
+import requests
+
+
+def wait_until_ok(
+    proc: subprocess.Popen,
+    url: str,
+    *,
+    name: str,
+    timeout: float,
+    interval: float = 0.1,
+    headers: Mapping[str, str] | None = None,
+    log_tail: Callable[[], str] = lambda: "",
+) -> None:
+    """Poll ``GET url`` every ``interval`` seconds until it answers 200.
+
+    Raises ``RuntimeError`` naming ``name`` (followed by ``log_tail()``) when ``proc`` exits first or when
+    ``timeout`` seconds pass; the process is left running in the second case (the caller stops it).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_tail()}")
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(url, headers=dict(headers or {}), timeout=2).status_code == 200:
+                return
+        time.sleep(interval)
+    raise RuntimeError(f"{name} did not answer {url} within {timeout} s:\n{log_tail()}")
+
+
+def stop_process(
+    proc: subprocess.Popen | None,
+    timeout: float = 10.0,
+    *,
+    sig: int = signal.SIGTERM,
+    process_group: bool = False,
+) -> int | None:
+    """Send ``sig`` to ``proc`` (its whole process group with ``process_group``), SIGKILL after ``timeout``
+    seconds, and reap it. Returns its exit status (``None`` for no process); a process that has already
+    exited is only reaped."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        kill = os.killpg if process_group else os.kill
+        with contextlib.suppress(ProcessLookupError):
+            kill(proc.pid, sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    return proc.returncode
