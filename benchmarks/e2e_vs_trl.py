@@ -15,7 +15,8 @@ is healthy; TRL: from the start of ``train()``; start-up is printed separately).
 seconds the newest weights are set aside (ours: the trainer's checkpoint of its latest step; TRL: an
 in-memory copy), and only after both runs are they evaluated, with the demo's own code
 (:func:`example_trainer.heldout_eval.evaluate_heldout`, greedy, the same 500 held-out problems), so
-evaluation never takes training time. The two alternate for ``--repeats`` rounds; printed are steps/min,
+evaluation never takes training time (accuracy at a given time is interpolated between the snapshots
+around it). The two alternate for ``--repeats`` rounds; printed are steps/min,
 sequences/s, the training time each needs to reach each ``--levels`` accuracy and the accuracy each has
 at equal times, with the ratios ours / TRL (medians over the rounds).
 
@@ -96,12 +97,17 @@ class RunResult:
         return None
 
     def accuracy_at(self, t: float) -> float | None:
-        """Accuracy of the newest snapshot taken at or before ``t``."""
-        best = None
-        for snap in self.snapshots:
-            if snap.t <= t + 1e-9 and snap.accuracy is not None:
-                best = snap.accuracy
-        return best
+        """Accuracy at ``t`` seconds, interpolated linearly between the snapshots around it (the last
+        snapshot's accuracy after it)."""
+        points = [(s.t, s.accuracy) for s in self.snapshots if s.accuracy is not None]
+        if not points:
+            return None
+        if t >= points[-1][0]:
+            return points[-1][1]
+        for (t0, a0), (t1, a1) in zip(points, points[1:], strict=False):
+            if t0 <= t <= t1:
+                return a0 if t1 == t0 else a0 + (a1 - a0) * (t - t0) / (t1 - t0)
+        return points[0][1]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -119,8 +125,9 @@ def demo_config(args: argparse.Namespace, run_dir: Path | None = None, steps: in
         "timeout": args.duration + 900,
         "keep_checkpoints": True,
     }
-    if args.sft_steps is not None:
-        values["sft_steps"] = args.sft_steps
+    for name in ("sft_steps", "env_workers", "max_batches_offpolicy"):
+        if getattr(args, name) is not None:
+            values[name] = getattr(args, name)
     if args.cache_dir is not None:
         values["cache_dir"] = args.cache_dir
     if run_dir is not None:
@@ -467,6 +474,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--levels", type=float, nargs="+", default=list(DEFAULT_LEVELS), help="accuracies")
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf", help="our inference server")
     parser.add_argument("--inference-threads", type=int, default=1, help="torch threads of our hf server")
+    parser.add_argument("--env-workers", type=int, default=None, help="the demo's --env-workers")
+    parser.add_argument(
+        "--max-batches-offpolicy", type=int, default=None, help="the demo's --max-batches-offpolicy"
+    )
     parser.add_argument("--trl-threads", type=int, default=os.cpu_count() or 1, help="TRL's torch threads")
     parser.add_argument("--eval-size", type=int, default=500, help="held-out problems")
     parser.add_argument("--sft-steps", type=int, default=None, help="warm-start steps (default: the demo's)")

@@ -95,6 +95,12 @@ class DemoConfig(BaseModel):
     env_workers: int = Field(
         32, ge=1, description="groups the environment generates concurrently (one request each)"
     )
+    max_batches_offpolicy: int = Field(
+        2,
+        ge=1,
+        description="batches the environment may have queued ahead of the trainer (it pauses beyond); "
+        "each one more lets rollouts be one step staler",
+    )
     vllm_startup_timeout: float = Field(
         600.0, gt=0, description="seconds to wait for the inference server's /health"
     )
@@ -357,7 +363,7 @@ class Demo:
             "--env.max_token_length", "256",
             "--env.steps_per_eval", "0",
             "--env.use_wandb", "false",
-            "--env.max_batches_offpolicy", "1",
+            "--env.max_batches_offpolicy", str(cfg.max_batches_offpolicy),
             "--env.max_num_workers", str(cfg.env_workers),
             "--env.shutdown_timeout", "5",
             "--env.min_digits", str(cfg.min_digits),

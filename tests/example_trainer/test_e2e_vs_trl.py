@@ -36,9 +36,10 @@ def test_times_and_accuracies_from_snapshots():
     assert run.time_to(0.45) == 9.5
     assert run.time_to(0.50) == 29.0
     assert run.time_to(0.60) is None
-    assert run.accuracy_at(10) == 0.46
-    assert run.accuracy_at(20) == 0.44
-    assert run.accuracy_at(5) == 0.1
+    assert run.accuracy_at(9.5) == pytest.approx(0.46)
+    assert run.accuracy_at(14.25) == pytest.approx(0.45)  # halfway between 9.5 s and 19 s
+    assert run.accuracy_at(40) == 0.52  # after the last snapshot
+    assert run.accuracy_at(0) == 0.1
     assert run.steps_per_min == 120.0
     assert run.generated_per_s == 200.0 and run.trained_per_s == 100.0
 
