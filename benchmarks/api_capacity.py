@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gzip
 import json
 import random
@@ -45,6 +44,7 @@ import orjson
 import psutil
 
 from atroposlib.testing.api_process import launch_api
+from atroposlib.testing.processes import tree_usage
 
 _BENCH_ID = re.compile(rb'"bench_id":"([^"]+)"')
 _BATCH_ID = re.compile(rb'"batch_id":(\d+)')
@@ -168,29 +168,16 @@ class Sampler:
     """RSS and CPU time of the API process and its children."""
 
     def __init__(self, pid: int) -> None:
-        self.root = psutil.Process(pid)
+        self.pid = pid
         self.peak_rss = 0
 
-    def _tree(self) -> list[psutil.Process]:
-        with contextlib.suppress(psutil.Error):
-            return [self.root, *self.root.children(recursive=True)]
-        return []
-
     def rss(self) -> int:
-        total = 0
-        for proc in self._tree():
-            with contextlib.suppress(psutil.Error):
-                total += proc.memory_info().rss
+        total = tree_usage(self.pid)[1]
         self.peak_rss = max(self.peak_rss, total)
         return total
 
     def cpu_seconds(self) -> float:
-        total = 0.0
-        for proc in self._tree():
-            with contextlib.suppress(psutil.Error):
-                times = proc.cpu_times()
-                total += times.user + times.system
-        return total
+        return tree_usage(self.pid)[0]
 
     async def run(self, tally: Tally) -> None:
         while not tally.stopping:

@@ -31,7 +31,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,10 +43,10 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
-import psutil
 import requests
 
 from atroposlib.testing.api_process import free_port
+from atroposlib.testing.processes import stop_process, tree_usage, wait_until_ok
 
 ORIGINAL_VERSION = "0.4.0"
 DEFAULT_VENV = Path.home() / ".cache" / "atroposlib" / f"bench-venv-{ORIGINAL_VERSION}"
@@ -120,46 +119,18 @@ class Server:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} server exited with {self.proc.returncode}")
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(f"{self.url}/info", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.name} server did not start")
+        wait_until_ok(self.proc, f"{self.url}/info", name=f"{self.name} server", timeout=60)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-
-    def _tree(self) -> list[psutil.Process]:
-        """The server process and its live children."""
-        server = psutil.Process(self.proc.pid)
-        return [server, *server.children(recursive=True)]
+        stop_process(self.proc, 20)
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the server and its live child processes so far."""
-        total = 0.0
-        for process in self._tree():
-            with contextlib.suppress(psutil.Error):
-                times = process.cpu_times()
-                total += times.user + times.system
-        return total
+        return tree_usage(self.proc.pid)[0]
 
     def rss_bytes(self) -> int:
         """Resident memory of the server and its live child processes."""
-        total = 0
-        for process in self._tree():
-            with contextlib.suppress(psutil.Error):
-                total += process.memory_info().rss
-        return total
+        return tree_usage(self.proc.pid)[1]
 
 
 def uvicorn_command(python: Path | str, app: str, *extra: str) -> list[str]:

@@ -66,3 +66,19 @@ def stop_process(
                 kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
     return proc.returncode
+
+
+def tree_usage(pid: int) -> tuple[float, int]:
+    """CPU seconds (user + system) used so far and resident bytes now, of process ``pid`` and its live
+    descendants; processes that exit while they are read count as zero. Needs ``psutil``."""
+    import psutil
+
+    cpu, rss = 0.0, 0
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for process in (root, *root.children(recursive=True)):
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                cpu += times.user + times.system
+                rss += process.memory_info().rss
+    return cpu, rss
