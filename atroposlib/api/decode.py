@@ -81,27 +81,21 @@ class Group:
 
 def decode_group(body: bytes) -> Group:
     """The group of a ``POST /scored_data`` body; raises :class:`InvalidRequest` for a schema error."""
-    require_body(body)
-    try:
-        typed = _ONE.decode(body)
-    except _TYPED_DECODE_ERRORS:
-        typed = None
-    if typed is not None and _messages_complete(typed.messages):
-        group = _typed_group(typed)
-        if group is not None:
-            return group
-    try:
-        model = ScoredData.model_validate_json(body)
-    except ValidationError as exc:
-        raise InvalidRequest(pydantic_errors(exc, body)) from None
-    return _lax_group(model.to_group())
+    return _decode_groups(body, many=False)[0]
 
 
 def decode_group_list(body: bytes) -> list[Group]:
     """The groups of a ``POST /scored_data_list`` body (a JSON array of groups)."""
+    return _decode_groups(body, many=True)
+
+
+def _decode_groups(body: bytes, *, many: bool) -> list[Group]:
+    """The typed decode of one group (``many=False``) or a list of groups. Where it cannot accept the body
+    (a schema error, or a value that only the original's lax coercions accept), pydantic decides and phrases
+    the 422."""
     require_body(body)
     try:
-        typed = _MANY.decode(body)
+        typed = _MANY.decode(body) if many else [_ONE.decode(body)]
     except _TYPED_DECODE_ERRORS:
         typed = None
     if typed is not None and all(_messages_complete(g.messages) for g in typed):
@@ -109,7 +103,7 @@ def decode_group_list(body: bytes) -> list[Group]:
         if None not in groups:
             return groups
     try:
-        models = _GROUP_LIST.validate_json(body)
+        models = _GROUP_LIST.validate_json(body) if many else [ScoredData.model_validate_json(body)]
     except ValidationError as exc:
         raise InvalidRequest(pydantic_errors(exc, body)) from None
     return [_lax_group(m.to_group()) for m in models]
