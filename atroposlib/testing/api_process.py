@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from atroposlib.testing.processes import stop_process, wait_until_ok
+from atroposlib.testing.processes import read_tail, stop_process, wait_until_ok
 
 
 def free_port() -> int:
@@ -60,21 +60,14 @@ class ApiProcess:
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
-        try:
-            wait_until_ok(
-                self.proc, f"{self.url}/info", name="run-api", timeout=timeout, interval=0.05,
-                headers=self.headers(), log_tail=self.log_tail,
-            )  # fmt: skip
-        except RuntimeError:
-            self.stop()
-            raise
+        wait_until_ok(
+            self.proc, f"{self.url}/info", name="run-api", timeout=timeout, interval=0.05, headers=self.headers(),
+            log_tail=self.log_tail, on_failure=self.stop,
+        )  # fmt: skip
         return self
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        return read_tail(self.log_path, n)
 
     def kill9(self) -> None:
         """Kill the server with SIGKILL (simulates a crash) and reap it."""

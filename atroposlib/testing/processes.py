@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import requests
 
@@ -26,21 +27,37 @@ def wait_until_ok(
     interval: float = 0.1,
     headers: Mapping[str, str] | None = None,
     log_tail: Callable[[], str] = lambda: "",
+    on_failure: Callable[[], object] | None = None,
 ) -> None:
     """Poll ``GET url`` every ``interval`` seconds until it answers 200.
 
     Raises ``RuntimeError`` naming ``name`` (followed by ``log_tail()``) when ``proc`` exits first or when
-    ``timeout`` seconds pass; the process is left running in the second case (the caller stops it).
+    ``timeout`` seconds pass, after calling ``on_failure`` (e.g. the launcher's stop) if given.
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_tail()}")
+            problem = f"{name} exited with {proc.returncode}"
+            break
         with contextlib.suppress(requests.RequestException):
             if requests.get(url, headers=dict(headers or {}), timeout=2).status_code == 200:
                 return
         time.sleep(interval)
-    raise RuntimeError(f"{name} did not answer {url} within {timeout} s:\n{log_tail()}")
+    else:
+        problem = f"{name} did not answer {url} within {timeout} s"
+    if on_failure is not None:
+        on_failure()
+    raise RuntimeError(f"{problem}:\n{log_tail()}")
+
+
+def read_tail(path: Path | None, lines: int = 40) -> str:
+    """The last ``lines`` lines of the log file ``path`` ("" when there is none or it cannot be read)."""
+    if path is None:
+        return ""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
 
 
 def stop_process(

@@ -230,11 +230,13 @@ class ScriptedServer:
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()
-        try:
-            wait_until_ok(self._proc, f"{self.root_url}/health", name="scripted server", timeout=timeout)
-        except RuntimeError:
-            self.stop()
-            raise
+        wait_until_ok(
+            self._proc,
+            f"{self.root_url}/health",
+            name="scripted server",
+            timeout=timeout,
+            on_failure=self.stop,
+        )
         return self
 
     def stop(self) -> None:

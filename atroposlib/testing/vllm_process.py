@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from atroposlib.testing.api_process import free_port
-from atroposlib.testing.processes import stop_process, wait_until_ok
+from atroposlib.testing.processes import read_tail, stop_process, wait_until_ok
 
 #: ``entrypoint`` values: the plain vLLM OpenAI server, or the trainer's server that adds the
 #: original's ``/generate``, ``/health_generate``, ``/bridge/*`` and ``/lora/*`` routes.
@@ -68,21 +68,14 @@ class VllmProcess:
             self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
-        try:
-            wait_until_ok(
-                self.proc, f"{self.root_url}/health", name="vLLM", timeout=timeout, interval=0.5,
-                log_tail=self.log_tail,
-            )  # fmt: skip
-        except RuntimeError:
-            self.stop()
-            raise
+        wait_until_ok(
+            self.proc, f"{self.root_url}/health", name="vLLM", timeout=timeout, interval=0.5,
+            log_tail=self.log_tail, on_failure=self.stop,
+        )  # fmt: skip
         return self
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        return read_tail(self.log_path, n)
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the server's own process group (vLLM spawns engine workers), SIGKILL on timeout."""
