@@ -23,7 +23,6 @@ import contextlib
 import fcntl
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -264,6 +263,7 @@ def _pin(core: int | None):
 def measure(label: str, python: str, args, inference_url: str, tokenizer: str, workdir: Path) -> dict:
     """Run one env implementation and return its throughput numbers."""
     from atroposlib.testing.api_process import launch_api
+    from atroposlib.testing.processes import stop_process
 
     bound = args.workers * args.group_size / args.delay
     with launch_api(
@@ -305,13 +305,7 @@ def measure(label: str, python: str, args, inference_url: str, tokenizer: str, w
             time.sleep(0.5)
             groups = trainer.groups_between(start, end)
         finally:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    proc.wait(10)
+            stop_process(proc, 20)
             env_log.close()
             trainer.stop()
     rollouts = groups * args.group_size

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
 
 from atroposlib.api.config import ApiConfig, is_loopback
 from atroposlib.testing.api_process import free_port, launch_api
+from atroposlib.testing.processes import stop_process, wait_until_ok
 from tests.helpers.api import TIMEOUT, get, group, post_group, register
 
 RUN_API = [sys.executable, "-m", "atroposlib.cli.run_api"]
@@ -26,27 +25,11 @@ def run_cli(args, env=None, timeout=60):
 
 
 def wait_ready(url, headers=None, proc=None, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"server exited with {proc.returncode}: {proc.stderr.read()}")
-        try:
-            if requests.get(f"{url}/info", headers=headers, timeout=1).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.05)
-    raise AssertionError("server did not become ready")
+    wait_until_ok(proc, f"{url}/info", name="run-api", timeout=timeout, interval=0.05, headers=headers)
 
 
 def stop(proc):
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+    stop_process(proc, 15)
 
 
 @pytest.mark.parametrize(
@@ -251,13 +234,7 @@ def test_reload_mode_serves(tmp_path):
         assert get(f"http://127.0.0.1:{port}", "/health").json()["store"] == "memory"
     finally:
         # The reloader runs the server in a child process: stop the whole session.
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        stop_process(proc, 15, process_group=True)
 
 
 def test_structured_json_logs(tmp_path):

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import openai
 import pytest
@@ -17,6 +14,7 @@ from atroposlib.envs.server_handling.proxy_client import ProxyManagedServer
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from atroposlib.envs.server_handling.server_manager import ServerManager
 from atroposlib.testing.api_process import free_port
+from atroposlib.testing.processes import stop_process, wait_until_ok
 from atroposlib.testing.scripted_server import launch_scripted_server
 
 USER = [{"role": "user", "content": "What is 2 + 2?"}]
@@ -62,23 +60,12 @@ def proxy(backend, tiny_model_dir, tmp_path_factory):
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        assert proc.poll() is None, (workdir / "proxy.log").read_text()
-        try:
-            if requests.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        assert time.monotonic() < deadline, "proxy did not start"
-        time.sleep(0.2)
+    wait_until_ok(
+        proc, f"{url}/health", name="proxy", timeout=120, interval=0.2,
+        log_tail=lambda: (workdir / "proxy.log").read_text(), on_failure=lambda: stop_process(proc),
+    )  # fmt: skip
     yield url
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(5)
+    stop_process(proc, 15)
     log.close()
 
 
