@@ -17,7 +17,8 @@ trainer and the environments use::
   temperature and top-p), as vLLM reports them by default; a reply that ends with the end-of-sequence
   token includes it in ``token_ids`` with finish reason ``stop``.
 * ``POST /bridge/update_weights`` ``{"checkpoint_dir": DIR}``: load a checkpoint of the same
-  architecture in place (the batch being generated finishes on the old weights first).
+  architecture into a second copy of the weights, which serves every batch started after the reply (a
+  batch already running finishes on the old weights; the update does not wait for it).
 * ``GET /v1/models``: the served model name.
 
 Requests with the same sampling settings that are waiting when a batch starts are generated together
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import logging
 import os
@@ -159,12 +161,12 @@ class HfGenerator:
 
         self.torch = torch
         self.model_dir = Path(model_dir)
-        self.model, self.tokenizer = load_causal_lm(model_dir)
+        model, self.tokenizer = load_causal_lm(model_dir)
         if tokenizer_dir:
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        self.config_dict = self.model.config.to_dict()
-        self.vocab_size = int(self.model.config.vocab_size)
-        eos = self.model.generation_config.eos_token_id
+        self.config_dict = model.config.to_dict()
+        self.vocab_size = int(model.config.vocab_size)
+        eos = model.generation_config.eos_token_id
         if eos is None:
             eos = self.tokenizer.eos_token_id
         self.eos_ids = tuple(eos) if isinstance(eos, list | tuple) else (() if eos is None else (int(eos),))
@@ -172,7 +174,13 @@ class HfGenerator:
         self.pad_id = int(pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0))
         self.max_batch_sequences = max_batch_sequences
         self.update_count = 0
-        self._lock = threading.Lock()  # held while generating and while loading weights
+        # Two copies of the weights: batches run on the active one while an update loads the other, which
+        # then becomes active; an update waits only for batches still running on the copy it overwrites.
+        self._models: list[Any] = [model, None]
+        self._active = 0
+        self._busy = [0, 0]
+        self._cond = threading.Condition()
+        self._update_lock = threading.Lock()
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._held: list[_Job] = []
         self._worker = threading.Thread(target=self._run, name="hf-generate", daemon=True)
@@ -221,25 +229,33 @@ class HfGenerator:
             batch = self._next_batch()
             if batch is None:
                 return
+            with self._cond:
+                index = self._active
+                self._busy[index] += 1
             try:
-                with self._lock:
-                    results = self.generate(batch)
+                results = self.generate(batch, self._models[index])
             except Exception as exc:  # noqa: BLE001 - every waiting request gets the error
                 logger.exception("generation failed")
                 for job in batch:
                     job.future.set_exception(exc)
                 continue
+            finally:
+                with self._cond:
+                    self._busy[index] -= 1
+                    self._cond.notify_all()
             for job, result in zip(batch, results, strict=True):
                 job.future.set_result(result)
 
     # --- generation ---------------------------------------------------------------------------
-    def generate(self, jobs: Sequence[_Job]) -> list[dict[str, Any]]:
-        """One batch for ``jobs`` (same sampling settings); one ``/generate`` reply per job.
+    def generate(self, jobs: Sequence[_Job], model: Any = None) -> list[dict[str, Any]]:
+        """One batch for ``jobs`` (same sampling settings) on ``model`` (default: the active weights); one
+        ``/generate`` reply per job.
 
         Each distinct prompt is run through the model once and its key/value cache copied to its ``n``
         rows; then one forward pass per new token for all rows.
         """
         torch = self.torch
+        model = model if model is not None else self._models[self._active]
         params = jobs[0].params
         width = max(len(job.prompt_ids) for job in jobs)
         input_ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
@@ -256,7 +272,7 @@ class HfGenerator:
 
             cache = DynamicCache()
             positions = (attention.cumsum(-1) - 1).clamp(min=0)
-            out = self.model(
+            out = model(
                 input_ids=input_ids, attention_mask=attention, position_ids=positions,
                 past_key_values=cache, use_cache=True, logits_to_keep=1,
             )  # fmt: skip
@@ -280,7 +296,7 @@ class HfGenerator:
                     break
                 attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
                 positions = positions + 1
-                out = self.model(
+                out = model(
                     input_ids=token.unsqueeze(-1), attention_mask=attention, position_ids=positions,
                     past_key_values=cache, use_cache=True,
                 )  # fmt: skip
@@ -336,10 +352,11 @@ class HfGenerator:
 
     # --- weights ------------------------------------------------------------------------------
     def update_weights(self, checkpoint_dir: Path) -> float:
-        """Load ``checkpoint_dir``'s weights in place (between batches); returns the seconds it took.
+        """Load ``checkpoint_dir``'s weights; every batch that starts after this returns uses them (a batch
+        already running finishes on the weights it started with). Returns the seconds it took.
 
         Raises:
-            CheckpointError: the checkpoint does not fit the served model.
+            CheckpointError: the checkpoint does not fit the served model (the served weights stay).
         """
         from safetensors.torch import load_file
 
@@ -351,15 +368,23 @@ class HfGenerator:
         for file in files:
             state.update(load_file(str(file)))
         start = time.perf_counter()
-        with self._lock:
-            missing, unexpected = self.model.load_state_dict(state, strict=False)
-            tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
+        with self._update_lock:
+            spare = 1 - self._active
+            if self._models[spare] is None:
+                self._models[spare] = copy.deepcopy(self._models[self._active])
+            with self._cond:
+                self._cond.wait_for(lambda: self._busy[spare] == 0)
+            model = self._models[spare]
+            missing, unexpected = model.load_state_dict(state, strict=False)
+            tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
             missing = [k for k in missing if k not in tied]
             if missing or unexpected:
                 raise CheckpointError(
                     f"{checkpoint_dir} does not match the served model: missing {missing[:3]}, "
                     f"unexpected {unexpected[:3]}"
                 )
+            with self._cond:
+                self._active = spare
             self.update_count += 1
         return time.perf_counter() - start
 
