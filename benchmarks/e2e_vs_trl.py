@@ -17,7 +17,9 @@ in-memory copy), and only after both runs are they evaluated, with the demo's ow
 (:func:`example_trainer.heldout_eval.evaluate_heldout`, greedy, the same 500 held-out problems), so
 evaluation never takes training time (accuracy at a given time is interpolated between the snapshots
 around it). The two alternate for ``--repeats`` rounds; printed are steps/min,
-sequences/s, the training time each needs to reach each ``--levels`` accuracy and the accuracy each has
+sequences/s, the training time each needs to reach each accuracy level (``--levels``, or by default the
+warm start's accuracy plus each of ``--gains``, since the warm start's accuracy differs between machines)
+and the accuracy each has
 at equal times, with the ratios ours / TRL (medians over the rounds).
 
     pip install trl   # not a dependency of the package
@@ -50,7 +52,7 @@ sys.path.insert(0, str(REPO))
 warnings.filterwarnings("ignore")
 
 PROG = "benchmarks/e2e_vs_trl.py"
-DEFAULT_LEVELS = (0.45, 0.50, 0.55, 0.60)
+DEFAULT_GAINS = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 
 
 @dataclass
@@ -442,9 +444,21 @@ def summarize(results: list[RunResult], args: argparse.Namespace) -> dict[str, A
         _median([r.startup_s for r in ours]),
         _median([r.startup_s for r in trl]),
     )
-    for level in args.levels:
+    levels = args.levels
+    if levels is None:
+        warm = next((s.accuracy for r in results for s in r.snapshots if s.path == "<warm>"), 0.0) or 0.0
+        levels = [round(warm + gain, 3) for gain in args.gains]
+    out["levels"] = levels
+    for level in levels:
         row(f"s to accuracy {level:.2f}", _median_time(ours, level), _median_time(trl, level))
     points = [args.eval_every * k for k in range(1, int(args.duration // args.eval_every) + 1)]
+
+    def mean_accuracy(run: RunResult) -> float | None:
+        values = [run.accuracy_at(t) for t in points]
+        return statistics.fmean(values) if values and None not in values else None
+
+    row("mean accuracy over the run", _median([mean_accuracy(r) for r in ours]),
+        _median([mean_accuracy(r) for r in trl]), ".3f")  # fmt: skip
     for t in points:
         row(
             f"accuracy at {t:.0f} s",
@@ -471,7 +485,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=150.0, help="training seconds per run")
     parser.add_argument("--repeats", type=int, default=1, help="rounds (ours then TRL each round)")
     parser.add_argument("--eval-every", type=float, default=10.0, help="seconds between snapshots")
-    parser.add_argument("--levels", type=float, nargs="+", default=list(DEFAULT_LEVELS), help="accuracies")
+    parser.add_argument("--levels", type=float, nargs="+", default=None, help="accuracy levels to time")
+    parser.add_argument(
+        "--gains", type=float, nargs="+", default=list(DEFAULT_GAINS),
+        help="without --levels: time the warm start's accuracy plus each of these",
+    )  # fmt: skip
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf", help="our inference server")
     parser.add_argument("--inference-threads", type=int, default=1, help="torch threads of our hf server")
     parser.add_argument("--env-workers", type=int, default=None, help="the demo's --env-workers")
