@@ -450,7 +450,7 @@ def summarize(results: list[RunResult], args: argparse.Namespace) -> dict[str, A
         levels = [round(warm + gain, 3) for gain in args.gains]
     out["levels"] = levels
     for level in levels:
-        row(f"s to accuracy {level:.2f}", _median_time(ours, level), _median_time(trl, level))
+        row(f"s to accuracy {level:.3f}", _median_time(ours, level), _median_time(trl, level))
     points = [args.eval_every * k for k in range(1, int(args.duration // args.eval_every) + 1)]
 
     def mean_accuracy(run: RunResult) -> float | None:

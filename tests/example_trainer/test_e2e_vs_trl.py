@@ -88,7 +88,7 @@ def test_tiny_run_of_both_sides(tmp_path):
         capture_output=True, text=True, timeout=500, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "s to accuracy 0.50" in proc.stdout and "steps/min" in proc.stdout
+    assert "s to accuracy 0.500" in proc.stdout and "steps/min" in proc.stdout
     result = json.loads(out.read_text())
     sides = {run["side"]: run for run in result["runs"]}
     assert set(sides) == {"ours", "trl"}
