@@ -266,7 +266,6 @@ class HfGenerator:
         rows = torch.repeat_interleave(torch.arange(len(jobs)), torch.tensor([j.params.n for j in jobs]))
         stop_ids = tuple(dict.fromkeys((*self.eos_ids, *params.stop_token_ids)))
         stop = torch.tensor(stop_ids or (-1,), dtype=torch.long)
-        tokens, logprobs = [], []
         with torch.inference_mode():
             from transformers import DynamicCache
 
@@ -284,17 +283,27 @@ class HfGenerator:
             logits = out.logits[:, -1].float().index_select(0, rows)
             attention = attention.index_select(0, rows)
             positions = positions[:, -1:].index_select(0, rows)
-            finished = torch.zeros(len(rows), dtype=torch.bool)
+            generated = torch.full((len(rows), params.max_tokens), self.pad_id, dtype=torch.long)
+            chosen = torch.zeros((len(rows), params.max_tokens))
+            alive = torch.arange(len(rows))  # the rows still generating, as rows of the full batch
             for step in range(params.max_tokens):
                 logp = torch.log_softmax(logits, dim=-1)
                 token = self._sample(logits, params) if params.temperature > 0 else logits.argmax(-1)
-                token = torch.where(finished, self.pad_id, token)
-                tokens.append(token)
-                logprobs.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))
-                finished |= torch.isin(token, stop)
-                if step + 1 == params.max_tokens or bool(finished.all()):
+                generated[alive, step] = token
+                chosen[alive, step] = logp.gather(-1, token.unsqueeze(-1)).squeeze(-1)
+                running = ~torch.isin(token, stop)
+                if step + 1 == params.max_tokens or not bool(running.any()):
                     break
-                attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
+                if not bool(running.all()):
+                    # Finished rows leave the batch: later forward passes cost only the rows still going.
+                    keep = running.nonzero().squeeze(-1)
+                    if hasattr(cache, "batch_select_indices"):
+                        cache.batch_select_indices(keep)
+                    else:
+                        cache.reorder_cache(keep)
+                    alive, token = alive[keep], token[keep]
+                    attention, positions = attention[keep], positions[keep]
+                attention = torch.cat([attention, torch.ones((len(alive), 1), dtype=torch.long)], dim=1)
                 positions = positions + 1
                 out = model(
                     input_ids=token.unsqueeze(-1), attention_mask=attention, position_ids=positions,
@@ -302,8 +311,6 @@ class HfGenerator:
                 )  # fmt: skip
                 cache = out.past_key_values
                 logits = out.logits[:, -1].float()
-        generated = torch.stack(tokens, dim=1)
-        chosen = torch.stack(logprobs, dim=1)
         gen_ids, gen_lps = generated.tolist(), chosen.tolist()
         replies, row = [], 0
         for job in jobs:
