@@ -140,16 +140,10 @@ def demo_config(args: argparse.Namespace, run_dir: Path | None = None, steps: in
 def warm_checkpoint(args: argparse.Namespace) -> Path:
     """The demo's warm-started model (trained once, then from the demo's cache)."""
     from atroposlib.testing.tiny_model import build_tiny_model
-    from example_trainer.sft_warmstart import SftSettings, warm_start
+    from example_trainer.sft_warmstart import warm_start
 
     cfg = demo_config(args)
-    settings = SftSettings(
-        steps=cfg.sft_steps,
-        batch_size=cfg.sft_batch_size,
-        lr=cfg.sft_lr,
-        warmup_steps=cfg.sft_warmup_steps,
-        seed=cfg.seed,
-    )
+    settings = cfg.sft_settings()
     model_dir, cached = warm_start(
         build_tiny_model(), cfg.task_settings(), settings, cfg.resolved_cache_dir()
     )

@@ -128,6 +128,18 @@ class DemoConfig(BaseModel):
             "eval_size": self.eval_size,
         }
 
+    def sft_settings(self) -> Any:
+        """The warm start's supervised settings (:class:`~example_trainer.sft_warmstart.SftSettings`)."""
+        from example_trainer.sft_warmstart import SftSettings
+
+        return SftSettings(
+            steps=self.sft_steps,
+            batch_size=self.sft_batch_size,
+            lr=self.sft_lr,
+            warmup_steps=self.sft_warmup_steps,
+            seed=self.seed,
+        )
+
     def resolved_run_dir(self) -> Path:
         if self.run_dir:
             return Path(self.run_dir)
@@ -261,7 +273,7 @@ class Demo:
     # --- phases ---------------------------------------------------------------------------------
     def prepare_model(self, progress: Any) -> Path:
         """Base model (tiny model unless ``--model``), then the warm start (trained or from the cache)."""
-        from example_trainer.sft_warmstart import SftSettings, warm_start
+        from example_trainer.sft_warmstart import warm_start
 
         cfg = self.config
         with self.timings.phase("base model"):
@@ -271,13 +283,7 @@ class Demo:
                 from atroposlib.testing.tiny_model import build_tiny_model
 
                 base = build_tiny_model()
-        settings = SftSettings(
-            steps=cfg.sft_steps,
-            batch_size=cfg.sft_batch_size,
-            lr=cfg.sft_lr,
-            warmup_steps=cfg.sft_warmup_steps,
-            seed=cfg.seed,
-        )
+        settings = cfg.sft_settings()
         task = progress.add_task("warm start (supervised)", total=max(cfg.sft_steps, 1))
 
         def on_step(step: int, loss: float) -> None:
