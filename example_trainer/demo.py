@@ -38,7 +38,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticUndefined
 
-from example_trainer.demo_processes import ServiceProcess, log_tail, process_create_time, wait_http_ok
+from atroposlib.testing.processes import read_tail
+from example_trainer.demo_processes import ServiceProcess, process_create_time, wait_http_ok
 
 PROG = "python -m example_trainer.demo"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -431,7 +432,7 @@ class Demo:
             raise DemoFailed(f"the environment exited with {self.env.returncode}:\n{self.env.tail()}")
         if self.trainer is not None and not self.trainer.alive() and self.trainer.returncode != 0:
             vllm_logs = sorted(self.logs.glob("vllm_*.log"))
-            extra = f"\n--- {vllm_logs[-1]} ---\n{log_tail(vllm_logs[-1], 20)}" if vllm_logs else ""
+            extra = f"\n--- {vllm_logs[-1]} ---\n{read_tail(vllm_logs[-1], 20)}" if vllm_logs else ""
             raise DemoFailed(
                 f"the trainer exited with {self.trainer.returncode}:\n{self.trainer.tail()}{extra}"
             )

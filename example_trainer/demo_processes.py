@@ -18,20 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from atroposlib.testing.processes import read_tail
+
 try:  # psutil comes with vLLM; without it, descendants are not tracked (their parents stop them).
     import psutil
 except ImportError:  # pragma: no cover - exercised only without vLLM installed
     psutil = None  # type: ignore[assignment]
-
-
-def log_tail(path: Path | None, lines: int = 30) -> str:
-    """The last ``lines`` lines of ``path`` ("" when missing or unreadable)."""
-    if path is None:
-        return ""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 @dataclass
@@ -151,7 +143,7 @@ class ServiceProcess:
         return [p.pid for p in leftovers]
 
     def tail(self, lines: int = 30) -> str:
-        return log_tail(self.log_path, lines)
+        return read_tail(self.log_path, lines)
 
 
 def process_create_time(pid: int) -> float | None:

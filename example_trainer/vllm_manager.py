@@ -39,6 +39,7 @@ from typing import Any, Literal
 import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from atroposlib.testing.processes import read_tail
 from example_trainer.weight_refresh import (
     WeightUpdateError,
     WeightUpdateUnsupported,
@@ -192,14 +193,6 @@ def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
-
-
-def read_tail(path: Path, lines: int = 40) -> str:
-    """The last ``lines`` lines of a log file ("" if unreadable)."""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 class VllmManager:
