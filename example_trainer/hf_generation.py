@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import json
 import logging
 import os
 import queue
@@ -49,8 +48,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from example_trainer.vllm_api_server import ApiError, _api_error_handler
-from example_trainer.weight_refresh import CheckpointError, check_compatible, validate_checkpoint_dir
+from example_trainer.vllm_api_server import (
+    ApiError,
+    UpdateWeightsBody,
+    _api_error_handler,
+    _json_body,
+    _validation_message,
+    checkpoint_to_load,
+)
+from example_trainer.weight_refresh import CheckpointError, check_compatible
 
 logger = logging.getLogger("atropos-hf-generation")
 
@@ -81,13 +87,6 @@ class GenerateParams(BaseModel):
     def batch_key(self) -> tuple[Any, ...]:
         """Requests with equal keys can share one ``generate`` call."""
         return (self.max_tokens, self.temperature, self.top_p, self.top_k, self.stop_token_ids)
-
-
-class UpdateWeightsBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    checkpoint_dir: str
-    pause_mode: str = "wait"
 
 
 @dataclass
@@ -420,12 +419,6 @@ def build_app(
                 )
         return await call_next(request)
 
-    async def json_body(request: Request) -> Any:
-        try:
-            return json.loads(await request.body())
-        except ValueError as exc:
-            raise ApiError(400, f"request body is not valid JSON: {exc}") from None
-
     @app.get("/health")
     async def health() -> Response:
         return Response(status_code=200)
@@ -440,7 +433,7 @@ def build_app(
     @app.post("/generate")
     async def generate(request: Request) -> JSONResponse:
         job = parse_generate_body(
-            await json_body(request), generator.tokenizer, generator.vocab_size, max_model_len
+            await _json_body(request), generator.tokenizer, generator.vocab_size, max_model_len
         )
         reply = await asyncio.wrap_future(generator.submit(job))
         return JSONResponse(reply)
@@ -448,15 +441,10 @@ def build_app(
     @app.post("/bridge/update_weights")
     async def update_weights(request: Request) -> dict[str, Any]:
         try:
-            parsed = UpdateWeightsBody.model_validate(await json_body(request))
+            parsed = UpdateWeightsBody.model_validate(await _json_body(request))
         except ValidationError as exc:
-            raise ApiError(400, f"invalid body: {exc.errors()[0]['msg']}") from None
-        try:
-            checkpoint = validate_checkpoint_dir(parsed.checkpoint_dir)
-        except FileNotFoundError as exc:
-            raise ApiError(404, str(exc)) from None
-        except CheckpointError as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ApiError(400, _validation_message(exc)) from None
+        checkpoint = checkpoint_to_load(parsed.checkpoint_dir)
         try:
             seconds = await asyncio.to_thread(generator.update_weights, checkpoint)
         except CheckpointError as exc:

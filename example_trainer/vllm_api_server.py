@@ -276,6 +276,17 @@ class UpdateWeightsBody(BaseModel):
     pause_mode: str = "wait"
 
 
+def checkpoint_to_load(checkpoint_dir: str) -> Path:
+    """The checked checkpoint directory of an update request: ``ApiError(404)`` when it does not exist,
+    ``ApiError(400)`` when it is not a loadable checkpoint."""
+    try:
+        return validate_checkpoint_dir(checkpoint_dir)
+    except FileNotFoundError as exc:
+        raise ApiError(404, str(exc)) from exc
+    except CheckpointError as exc:
+        raise ApiError(400, str(exc)) from exc
+
+
 def _engine(request: Request) -> Any:
     engine = getattr(request.app.state, "engine_client", None)
     if engine is None:
@@ -474,12 +485,7 @@ def build_atropos_router() -> APIRouter:
             raise ApiError(400, _validation_message(exc)) from exc
         if parsed.pause_mode not in PAUSE_MODES:
             raise ApiError(400, f"pause_mode must be one of {list(PAUSE_MODES)}")
-        try:
-            checkpoint = validate_checkpoint_dir(parsed.checkpoint_dir)
-        except FileNotFoundError as exc:
-            raise ApiError(404, str(exc)) from exc
-        except CheckpointError as exc:
-            raise ApiError(400, str(exc)) from exc
+        checkpoint = checkpoint_to_load(parsed.checkpoint_dir)
         engine = _engine(request)
         state = _bridge(request)
         extension = getattr(engine.vllm_config.parallel_config, "worker_extension_cls", "")
