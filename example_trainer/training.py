@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Iterable
@@ -135,9 +136,19 @@ class SharedPrefixLayout:
     suffix_logprobs: torch.Tensor | None  #: [B, S]
 
 
-_SHARED_PREFIX_SUPPORTED: dict[type, bool] = {}
 #: Share prompts only when at least this many rows share each distinct prefix on average.
 MIN_ROWS_PER_PREFIX = 2.0
+#: The arguments :func:`shared_prefix_logits` passes to the model's ``forward`` (Hugging Face causal LMs take
+#: them all).
+SHARED_PREFIX_ARGS = frozenset({"attention_mask", "position_ids", "past_key_values", "logits_to_keep"})
+
+
+def supports_shared_prefixes(model: Any) -> bool:
+    """True when the model's ``forward`` takes every argument :func:`shared_prefix_logits` passes, by name
+    or through ``**kwargs`` (as PEFT wrappers pass them on to the model they wrap)."""
+    parameters = inspect.signature(unwrap_model(model).forward).parameters
+    passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return passes_on or SHARED_PREFIX_ARGS <= parameters.keys()
 
 
 def shared_prefix_layout(mb: MicroBatch) -> SharedPrefixLayout | None:
@@ -258,9 +269,7 @@ def run_training_step(
     """
     ctx = dist or DistContext(device=config.device)
     if share_prefixes is None:
-        share_prefixes = (
-            not ctx.enabled and config.kl_coef == 0 and _SHARED_PREFIX_SUPPORTED.get(type(model), True)
-        )
+        share_prefixes = not ctx.enabled and config.kl_coef == 0 and supports_shared_prefixes(model)
     lr = lr_at_step(step, config.lr, config.warmup_steps)
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -283,13 +292,8 @@ def run_training_step(
             temps = mb.temperatures.to(device)
             ref_lp = None
             layout = shared_prefix_layout(mb) if share_prefixes else None
-            logits = None
             if layout is not None:
-                try:
-                    logits = shared_prefix_logits(model, layout, device)
-                except TypeError:  # a model without position_ids / past_key_values / logits_to_keep
-                    _SHARED_PREFIX_SUPPORTED[type(model)] = False
-            if logits is not None:
+                logits = shared_prefix_logits(model, layout, device)
                 labels = layout.suffix_labels.to(device)
                 advantages = layout.suffix_advantages
                 lam = None if layout.suffix_logprobs is None else layout.suffix_logprobs.to(device)

@@ -11,7 +11,7 @@ import torch
 from example_trainer.config import TrainingConfig
 from example_trainer.data import prepare_batch
 from example_trainer.model import load_model_and_tokenizer
-from example_trainer.training import run_training_step, shared_prefix_layout
+from example_trainer.training import run_training_step, shared_prefix_layout, supports_shared_prefixes
 from tests.helpers.trainer import make_group
 
 
@@ -43,6 +43,7 @@ def test_shared_prefixes_give_the_same_update(tiny_model_dir, tmp_path, with_log
         batch_size=12,
     )
     model, _ = load_model_and_tokenizer(cfg)
+    assert supports_shared_prefixes(model)  # so the trainer's default shares them
     twin = copy.deepcopy(model)
     batch = prepare_batch(_shared_prompt_groups(with_logprobs=with_logprobs), cfg.batch_size)
     assert shared_prefix_layout(batch.micro_batches[0]) is not None
@@ -71,3 +72,16 @@ def test_layout_only_when_rows_share_prompts():
     # every trained label of the batch, in order, once
     trained = shared.labels[shared.labels != -100].tolist()
     assert layout.suffix_labels[layout.suffix_labels != -100].tolist() == trained
+
+
+def test_models_that_cannot_take_a_cache_train_row_by_row():
+    class NoCache(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None):
+            return input_ids
+
+    class PassesOn(torch.nn.Module):
+        def forward(self, input_ids, **kwargs):
+            return input_ids
+
+    assert not supports_shared_prefixes(NoCache())
+    assert supports_shared_prefixes(PassesOn())
