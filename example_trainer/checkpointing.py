@@ -292,9 +292,9 @@ def load_training_state(
     tensors = load_file(str(path / STATE_TENSORS), device="cpu")
     if optimizer is not None and "optimizer" in meta:
         full = _optimizer_from_flat(meta["optimizer"], tensors)
-        from torch.distributed.fsdp import FSDPModule
+        from example_trainer.distributed import is_sharded
 
-        if isinstance(model, FSDPModule):
+        if is_sharded(model):
             _load_sharded_optimizer(model, optimizer, full)
         else:
             optimizer.load_state_dict(full)
