@@ -1,9 +1,10 @@
 """Run reporting: a JSONL metrics log, wandb (offline without a key) and the end-of-run PNG plot.
 
 ``<save_path>/metrics.jsonl`` holds one JSON object per line with a ``step`` key and the wall-clock
-``time`` it was written (Unix seconds): training metrics after each optimizer step (``train/loss``, ``train/kept_reward_mean``, ``train/tokens_per_s``, ...) and evaluation
-metrics from the eval hook (``eval/accuracy``, ...). A resumed run appends to the same file; for each step
-the last record wins, so the plot shows the run as it was finally trained.
+``time`` it was written (Unix seconds): training metrics after each optimizer step (``train/loss``,
+``train/kept_reward_mean``, ``train/tokens_per_s``, ...) and evaluation metrics from the eval hook
+(``eval/accuracy``, ...). A resumed run appends to the same file; for each step the last record wins, so
+the plot shows the run as it was finally trained.
 
 ``train/kept_reward_mean`` is the mean score of the batch trained on. Groups whose scores are all equal are
 dropped before they reach the trainer, so it is not the policy's reward: the environment logs that as
