@@ -72,7 +72,32 @@ def _message_dicts(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-class ManagedServer:
+class _NodeTracking:
+    """Where a managed server keeps its nodes: in tree mode ``sequences`` (keyed by full text), else
+    ``current_nodes`` (in call order)."""
+
+    def __init__(self, track_tree: bool) -> None:
+        self.track_tree = track_tree
+        if track_tree:
+            self.sequences: dict[str, SequenceNode] = {}
+        else:
+            self.current_nodes: list[SequenceNode] = []
+
+    def get_state(self) -> dict[str, Any]:
+        """``{"nodes": [...]}`` (a copy), or in tree mode ``{"sequences", "tree"}`` (copies)."""
+        if self.track_tree:
+            return {"sequences": dict(self.sequences), "tree": dict(self.sequences)}
+        return {"nodes": list(self.current_nodes)}
+
+    def reset(self) -> None:
+        """Forget all tracked sequences."""
+        if self.track_tree:
+            self.sequences.clear()
+        else:
+            self.current_nodes.clear()
+
+
+class ManagedServer(_NodeTracking):
     """Wrap ``server`` and record every completion as a :class:`SequenceNode`.
 
     Args:
@@ -96,17 +121,13 @@ class ManagedServer:
         tool_parser: Optional[str] = None,
         preserve_think_blocks: bool = False,
     ):
+        super().__init__(track_tree)
         self.server = server
         self.tokenizer = tokenizer
-        self.track_tree = track_tree
         self._tool_parser_name = tool_parser
         self._translator = None
         self._preserve_think_blocks = preserve_think_blocks
         self._call_counter = itertools.count(1)
-        if track_tree:
-            self.sequences: dict[str, SequenceNode] = {}
-        else:
-            self.current_nodes: list[SequenceNode] = []
         if self.tokenizer is None:
             self._initialize_tokenizer()
 
@@ -411,20 +432,10 @@ class ManagedServer:
 
     def get_state(self) -> dict[str, Any]:
         """``{"nodes": [...]}`` (a copy), or in tree mode ``{"sequences", "tree"}`` (copies) plus ``"nodes"``."""
+        state = super().get_state()
         if self.track_tree:
-            return {
-                "sequences": dict(self.sequences),
-                "tree": dict(self.sequences),
-                "nodes": list(self.sequences.values()),
-            }
-        return {"nodes": list(self.current_nodes)}
-
-    def reset(self) -> None:
-        """Forget all tracked sequences."""
-        if self.track_tree:
-            self.sequences.clear()
-        else:
-            self.current_nodes.clear()
+            state["nodes"] = list(self.sequences.values())
+        return state
 
     async def get_logprobs(self, **kwargs) -> dict[str, Any]:
         """Prompt logprobs for ``messages`` (rendered), ``prompt`` or ``input_ids``; see
@@ -438,7 +449,7 @@ class ManagedServer:
         return await self.server.get_logprobs(**request)
 
 
-class DummyManagedServer:
+class DummyManagedServer(_NodeTracking):
     """Placeholder tracking for OpenAI endpoints that return no token ids or logprobs.
 
     Calls go to the real server; nodes get fixed placeholder tokens (``0..127``), masks and logprobs
@@ -450,12 +461,8 @@ class DummyManagedServer:
     DUMMY_LOGPROBS = [-0.5] * 128
 
     def __init__(self, server: APIServer, tokenizer: Optional[Any] = None, track_tree: bool = False):
+        super().__init__(track_tree)
         self.server = server
-        self.track_tree = track_tree
-        if track_tree:
-            self.sequences: dict[str, SequenceNode] = {}
-        else:
-            self.current_nodes: list[SequenceNode] = []
 
     @staticmethod
     def _messages_to_text(messages: list[dict[str, Any]]) -> str:
@@ -494,17 +501,6 @@ class DummyManagedServer:
                 self._create_dummy_node(f"{prompt}{choice.text or ''}", choice.finish_reason or "stop")
             )
         return response
-
-    def get_state(self) -> dict[str, Any]:
-        if self.track_tree:
-            return {"sequences": dict(self.sequences), "tree": dict(self.sequences)}
-        return {"nodes": list(self.current_nodes)}
-
-    def reset(self) -> None:
-        if self.track_tree:
-            self.sequences.clear()
-        else:
-            self.current_nodes.clear()
 
     async def get_logprobs(self, **kwargs) -> dict[str, Any]:
         raise NotImplementedError(
