@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from atroposlib.sandbox import Sandbox, SandboxLimits
+from tests.helpers.network import host_listener
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = SandboxLimits(cpu_seconds=2, wall_seconds=4)
@@ -117,43 +118,24 @@ async def test_writing_outside_the_work_directory_leaves_nothing_on_the_host(san
         assert not os.path.exists(path), path
 
 
-async def test_tcp_listener_on_host_loopback_gets_no_connection(sandbox):
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    listener.setblocking(False)
-    port = listener.getsockname()[1]
+@pytest.mark.parametrize(
+    ("family", "address"),
+    [
+        (socket.AF_INET, ("127.0.0.1", 0)),
+        (socket.AF_UNIX, f"\0atroposlib-sandbox-test-{uuid.uuid4().hex}"),
+    ],
+    ids=["tcp-on-loopback", "abstract-unix-socket"],
+)
+async def test_host_listener_gets_no_connection(sandbox, family, address):
+    listener = host_listener(family, address)
     code = textwrap.dedent(
         f"""
         import socket
+        s = socket.socket(socket.{family.name}, socket.SOCK_STREAM)
+        s.settimeout(2)
         try:
-            socket.create_connection(("127.0.0.1", {port}), timeout=2).sendall(b"hello")
-            print("connected")
-        except OSError as exc:
-            print("refused", type(exc).__name__)
-        """
-    )
-    try:
-        result = await sandbox.run_python(code)
-        assert result.stdout.startswith("refused"), result
-        with pytest.raises(BlockingIOError):
-            listener.accept()
-    finally:
-        listener.close()
-
-
-async def test_host_abstract_unix_socket_is_unreachable(sandbox):
-    name = f"\0atroposlib-sandbox-test-{uuid.uuid4().hex}"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(name)
-    listener.listen(1)
-    listener.setblocking(False)
-    code = textwrap.dedent(
-        f"""
-        import socket
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.connect({name!r})
+            s.connect({listener.getsockname()!r})
+            s.sendall(b"hello")
             print("connected")
         except OSError as exc:
             print("refused", type(exc).__name__)
