@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from atroposlib.sandbox import WORK_DIR, Sandbox, SandboxError, SandboxLimits
 from atroposlib.sandbox.bubblewrap import build_command, find_tools
+from tests.helpers.event_loop import count_ticks
 
 
 @pytest.fixture(scope="module")
@@ -83,20 +84,9 @@ async def test_runs_overlap_up_to_max_parallel():
 
 
 async def test_event_loop_is_not_blocked_while_programs_run(sandbox):
-    ticks = 0
-
-    async def ticker():
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.05)
-            ticks += 1
-
-    task = asyncio.ensure_future(ticker())
-    try:
+    async with count_ticks(0.05) as ticks:
         await sandbox.run_python("import time; time.sleep(1)")
-    finally:
-        task.cancel()
-    assert ticks >= 5
+    assert ticks.count >= 5
 
 
 async def test_bad_arguments_are_rejected(sandbox):
