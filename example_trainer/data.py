@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from atroposlib.group import MASKED, CheckOptions, check_group
+from example_trainer.reporting import WarnOnce
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +48,9 @@ IGNORE_INDEX = MASKED
 #: The scored-group contract as the API serves it: values typed, optional fields of any length.
 _SERVED = CheckOptions(optional_counts=False, values_typed=True)
 
-_WARNED: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        logger.warning(message)
+_warn_once = WarnOnce(logger)
+#: The keys warned about so far (clear it to warn again).
+_WARNED = _warn_once.seen
 
 
 @dataclass

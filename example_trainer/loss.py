@@ -12,16 +12,13 @@ import torch
 import torch.nn.functional as F
 
 from example_trainer.data import IGNORE_INDEX
+from example_trainer.reporting import WarnOnce
 
 logger = logging.getLogger(__name__)
 
-_WARNED: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        logger.warning(message)
+_warn_once = WarnOnce(logger)
+#: The keys warned about so far (clear it to warn again).
+_WARNED = _warn_once.seen
 
 
 @dataclass

@@ -30,6 +30,22 @@ logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 
 
+class WarnOnce:
+    """Log a warning the first time its key is seen in this process; later calls with the key are silent.
+
+    ``seen`` holds the keys already warned about (clear it to warn again).
+    """
+
+    def __init__(self, log: logging.Logger) -> None:
+        self.log = log
+        self.seen: set[str] = set()
+
+    def __call__(self, key: str, message: str) -> None:
+        if key not in self.seen:
+            self.seen.add(key)
+            self.log.warning(message)
+
+
 def wandb_mode() -> str:
     """``online`` with a wandb key (``WANDB_API_KEY`` or a netrc login), ``offline`` otherwise, unless
     ``WANDB_MODE`` says otherwise."""
