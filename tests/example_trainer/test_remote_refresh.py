@@ -7,8 +7,6 @@ The servers here are small recording HTTP servers standing in for ``example_trai
 from __future__ import annotations
 
 import json
-import os
-import stat
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -16,6 +14,7 @@ import pytest
 
 from example_trainer.config import TrainingConfig
 from example_trainer.trainers import InferenceSync, remote_inference_urls
+from tests.helpers.slurm import install_scontrol
 
 
 class _Recorder(ThreadingHTTPServer):
@@ -90,10 +89,7 @@ def test_a_refusing_server_is_named(servers, tmp_path):
 
 
 def test_num_inference_nodes_finds_the_last_nodes_of_the_allocation(tmp_path, monkeypatch):
-    scontrol = tmp_path / "scontrol"
-    scontrol.write_text('#!/bin/sh\nprintf "t1\\nt2\\ni1\\ni2\\n"\n')
-    scontrol.chmod(scontrol.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    install_scontrol(monkeypatch, tmp_path, 'printf "t1\\nt2\\ni1\\ni2\\n"\n')
     monkeypatch.setenv("SLURM_JOB_NODELIST", "x[1-4]")
     monkeypatch.setenv("INFER_TP", "4")
     assert remote_inference_urls(_config(num_inference_nodes=2)) == [

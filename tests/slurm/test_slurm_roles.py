@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from atroposlib.envs.cli.config import load_yaml_config
 from atroposlib.envs.server_handling.slurm_discovery import slurm_inference_urls
 from atroposlib.testing.api_process import free_port
 from atroposlib.testing.responders import arithmetic_half_right, evaluate_expression
+from tests.helpers.slurm import install_scontrol, write_scontrol
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,17 +124,13 @@ def test_environment_server_arguments(tmp_path):
 @pytest.fixture
 def fake_scontrol(tmp_path, monkeypatch):
     """``scontrol show hostnames`` -> g1 g2; ``scontrol show job 7`` -> running on g[1-2]; other jobs unknown."""
-    script = tmp_path / "bin" / "scontrol"
-    script.parent.mkdir()
-    script.write_text(
-        "#!/bin/sh\n"
+    return install_scontrol(
+        monkeypatch,
+        tmp_path / "bin",
         'if [ "$2" = hostnames ]; then printf "g1\\ng2\\n"; exit 0; fi\n'
         'if [ "$4" = 7 ]; then echo "JobId=7 JobState=RUNNING NodeList=g[1-2]"; exit 0; fi\n'
-        'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1\n'
+        'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1\n',
     )
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
-    return script
 
 
 def test_servers_of_another_job(fake_scontrol):
@@ -186,8 +182,7 @@ def test_inference_supervisor_starts_servers_and_stops_them_on_sigterm(tmp_path,
         "GPUS_PER_NODE": "1", "INFER_PORT": str(port), "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1",
         "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
     }  # fmt: skip
-    (tmp_path / "scontrol").write_text("#!/bin/sh\necho solo\n")
-    (tmp_path / "scontrol").chmod(0o755)
+    write_scontrol(tmp_path, "echo solo\n")
     cmd = [
         sys.executable, "-m", "atroposlib.cli.slurm_roles", "serve-inference", "--backend", "scripted",
         "--model", str(tiny_model_dir), "--log-dir", str(tmp_path / "logs"), "--",

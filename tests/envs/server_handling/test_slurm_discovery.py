@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import stat
-
 import pytest
 
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig, ServerBaseline
 from atroposlib.envs.server_handling.server_manager import ServerManager
 from atroposlib.envs.server_handling.slurm_discovery import SlurmDiscoveryError, slurm_inference_urls
+from tests.helpers.slurm import install_scontrol
 
 
 def hosts(*names):
@@ -63,10 +61,7 @@ def test_clear_errors(env, message):
 @pytest.fixture
 def fake_scontrol(tmp_path, monkeypatch):
     """An ``scontrol`` on PATH that expands any node list to three hosts."""
-    script = tmp_path / "scontrol"
-    script.write_text('#!/bin/sh\nprintf "gpu-a\\ngpu-b\\ngpu-c\\n"\n')
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    install_scontrol(monkeypatch, tmp_path, 'printf "gpu-a\\ngpu-b\\ngpu-c\\n"\n')
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu-[a-c]")
     monkeypatch.setenv("NUM_TRAINING_NODES", "1")
     monkeypatch.setenv("INFER_TP", "8")
