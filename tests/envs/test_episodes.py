@@ -60,6 +60,30 @@ class Counter:
         return Feedback(messages=[{"role": "user", "content": f"observation {turn}"}], reward=self.reward)
 
 
+@pytest.fixture
+def play(scripted, tokenizer):
+    """``play(step, max_turns=N, ...)`` runs one episode from ``OPENING`` against the scripted server.
+
+    ``step`` defaults to a fresh :class:`Counter`'s, ``tokenizer`` to the tiny model's; replies get at most
+    64 tokens each and the sequence 4096 unless the test says otherwise.
+    """
+
+    async def play(
+        step=None, *, max_turns, tokenizer=tokenizer, max_tokens_per_turn=64, max_total_tokens=4096
+    ) -> Episode:
+        return await run_episode(
+            scripted,
+            tokenizer,
+            OPENING,
+            step or Counter().step,
+            max_turns=max_turns,
+            max_tokens_per_turn=max_tokens_per_turn,
+            max_total_tokens=max_total_tokens,
+        )
+
+    return play
+
+
 def _unmasked_runs(masks):
     runs, current = [], []
     for m in masks:
@@ -74,17 +98,9 @@ def _unmasked_runs(masks):
     return runs
 
 
-async def test_episode_ends_when_the_session_says_so(scripted, tokenizer):
+async def test_episode_ends_when_the_session_says_so(play):
     session = Counter(done_at=2)
-    episode = await run_episode(
-        scripted,
-        tokenizer,
-        OPENING,
-        session.step,
-        max_turns=10,
-        max_tokens_per_turn=64,
-        max_total_tokens=4096,
-    )
+    episode = await play(session.step, max_turns=10)
     assert episode.end_reason == END_DONE
     assert len(episode.turns) == 3 and episode.turn_rewards == [1.0, 1.0, 10.0]
     # Sessions get the reply with its special-token text (<think>, <tool_call> are special in this tokenizer).
@@ -95,31 +111,15 @@ async def test_episode_ends_when_the_session_says_so(scripted, tokenizer):
     assert episode.discounted_return(0.5) == pytest.approx(1.0 + 0.5 + 0.25 * 10.0)
 
 
-async def test_turn_limit_ends_the_episode(scripted, tokenizer):
-    episode = await run_episode(
-        scripted,
-        tokenizer,
-        OPENING,
-        Counter().step,
-        max_turns=3,
-        max_tokens_per_turn=64,
-        max_total_tokens=4096,
-    )
+async def test_turn_limit_ends_the_episode(play):
+    episode = await play(max_turns=3)
     assert episode.end_reason == END_TURN_LIMIT and len(episode.turns) == 3
     # The last observation is not part of the sequence: it ends with the model's last reply.
     assert episode.masks[-1] != -100
 
 
-async def test_only_the_models_tokens_are_trained_with_the_servers_logprobs(scripted, tokenizer):
-    episode = await run_episode(
-        scripted,
-        tokenizer,
-        OPENING,
-        Counter().step,
-        max_turns=3,
-        max_tokens_per_turn=64,
-        max_total_tokens=4096,
-    )
+async def test_only_the_models_tokens_are_trained_with_the_servers_logprobs(play, tokenizer):
+    episode = await play(max_turns=3)
     assert len(episode.tokens) == len(episode.masks) == len(episode.logprobs)
     runs = _unmasked_runs(episode.masks)
     assert len(runs) == 3
@@ -136,49 +136,33 @@ async def test_only_the_models_tokens_are_trained_with_the_servers_logprobs(scri
     assert all(lp == 1.0 for lp, m in zip(episode.logprobs, episode.masks, strict=True) if m == -100)
 
 
-async def test_a_reply_cut_at_its_budget_ends_the_episode(scripted, tokenizer):
+async def test_a_reply_cut_at_its_budget_ends_the_episode(play):
     session = Counter()
-    episode = await run_episode(
-        scripted, tokenizer, OPENING, session.step, max_turns=5, max_tokens_per_turn=3, max_total_tokens=4096
-    )
+    episode = await play(session.step, max_turns=5, max_tokens_per_turn=3)
     assert episode.end_reason == END_LENGTH and len(episode.turns) == 1 and session.replies == []
     assert episode.turns[0].finish_reason == "length" and episode.turns[0].end - episode.turns[0].start == 3
 
 
-async def test_the_sequence_budget_ends_the_episode(scripted, tokenizer):
+async def test_the_sequence_budget_ends_the_episode(play, tokenizer):
     opening_len = len(tokenizer.apply_chat_template(OPENING, add_generation_prompt=True))
-    episode = await run_episode(
-        scripted,
-        tokenizer,
-        OPENING,
-        Counter().step,
-        max_turns=50,
-        max_tokens_per_turn=64,
-        max_total_tokens=opening_len + 60,
-    )
+    episode = await play(max_turns=50, max_total_tokens=opening_len + 60)
     assert episode.end_reason in (END_CONTEXT, END_LENGTH)
     assert len(episode.tokens) <= opening_len + 60 + 16
-    empty = await run_episode(
-        scripted, tokenizer, OPENING, Counter().step, max_turns=5, max_tokens_per_turn=64, max_total_tokens=4
-    )
+    empty = await play(max_turns=5, max_total_tokens=4)
     assert empty.end_reason == END_CONTEXT and empty.turns == [] and empty.tokens == []
 
 
-async def test_a_failing_session_step_propagates(scripted, tokenizer):
+async def test_a_failing_session_step_propagates(play):
     async def broken(reply, turn):
         raise RuntimeError("game crashed")
 
     with pytest.raises(RuntimeError, match="game crashed"):
-        await run_episode(
-            scripted, tokenizer, OPENING, broken, max_turns=3, max_tokens_per_turn=64, max_total_tokens=4096
-        )
+        await play(broken, max_turns=3)
     with pytest.raises(ValueError, match="max_turns"):
-        await run_episode(
-            scripted, tokenizer, OPENING, broken, max_turns=0, max_tokens_per_turn=8, max_total_tokens=99
-        )
+        await play(broken, max_turns=0, max_tokens_per_turn=8, max_total_tokens=99)
 
 
-async def test_a_template_that_rewrites_earlier_replies_is_refused(scripted, tiny_model_dir):
+async def test_a_template_that_rewrites_earlier_replies_is_refused(play, tiny_model_dir):
     rewriting = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     rewriting.chat_template = rewriting.chat_template.replace(
         "{{ message['content'] }}",
@@ -186,15 +170,7 @@ async def test_a_template_that_rewrites_earlier_replies_is_refused(scripted, tin
         "{{ message['content'] }}{% endif %}",
     )
     with pytest.raises(EpisodeTrackingError, match="one tracked sequence"):
-        await run_episode(
-            scripted,
-            rewriting,
-            OPENING,
-            Counter().step,
-            max_turns=3,
-            max_tokens_per_turn=64,
-            max_total_tokens=4096,
-        )
+        await play(tokenizer=rewriting, max_turns=3)
 
 
 def test_turn_level_advantages_credit_later_turns_and_the_outcome():
