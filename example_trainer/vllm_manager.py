@@ -39,7 +39,7 @@ from typing import Any, Literal
 import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from atroposlib.testing.processes import read_tail
+from atroposlib.testing.processes import ServiceNotReady, read_tail, stop_process, wait_until_ok
 from example_trainer.weight_refresh import (
     WeightUpdateError,
     WeightUpdateUnsupported,
@@ -477,24 +477,21 @@ class VllmManager:
 
     def _wait_healthy(self) -> None:
         assert self._proc is not None
-        deadline = time.monotonic() + self.config.startup_timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise VllmStartError(
-                    f"vLLM exited with code {self._proc.returncode} while starting; "
-                    f"log {self._log_path}:\n{read_tail(self._log_path)}"
-                )
-            try:
-                if requests.get(f"{self.root_url}/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
-        self._terminate()
-        raise VllmStartError(
-            f"vLLM did not become healthy within {self.config.startup_timeout:.0f} s; "
-            f"log {self._log_path}:\n{read_tail(self._log_path)}"
-        )
+        try:
+            wait_until_ok(
+                self._proc,
+                f"{self.root_url}/health",
+                name="vLLM",
+                timeout=self.config.startup_timeout,
+                interval=0.5,
+                on_failure=self._terminate,
+            )
+        except ServiceNotReady as exc:
+            if exc.returncode is None:
+                problem = f"vLLM did not become healthy within {self.config.startup_timeout:.0f} s"
+            else:
+                problem = f"vLLM exited with code {exc.returncode} while starting"
+            raise VllmStartError(f"{problem}; log {self._log_path}:\n{read_tail(self._log_path)}") from None
 
     def _terminate(self) -> None:
         proc = self._proc
@@ -502,15 +499,8 @@ class VllmManager:
             return
         self._stopping = True
         try:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(self.config.stop_timeout)
-            except subprocess.TimeoutExpired:
-                logger.warning("vLLM did not exit %.0f s after SIGTERM; killing it", self.config.stop_timeout)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+            if stop_process(proc, self.config.stop_timeout, process_group=True) == -signal.SIGKILL:
+                logger.warning("vLLM did not exit %.0f s after SIGTERM; killed it", self.config.stop_timeout)
             # Engine workers run in the same process group; make sure none outlive the server.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)

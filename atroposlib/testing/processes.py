@@ -18,6 +18,15 @@ from pathlib import Path
 import requests
 
 
+class ServiceNotReady(RuntimeError):
+    """A started service that never answered: ``returncode`` is its exit status, or None when it still ran
+    but the wait timed out."""
+
+    def __init__(self, message: str, returncode: int | None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
 def wait_until_ok(
     proc: subprocess.Popen,
     url: str,
@@ -31,13 +40,16 @@ def wait_until_ok(
 ) -> None:
     """Poll ``GET url`` every ``interval`` seconds until it answers 200.
 
-    Raises ``RuntimeError`` naming ``name`` (followed by ``log_tail()``) when ``proc`` exits first or when
-    ``timeout`` seconds pass, after calling ``on_failure`` (e.g. the launcher's stop) if given.
+    Raises :class:`ServiceNotReady` (a ``RuntimeError``) naming ``name`` (followed by ``log_tail()``) when
+    ``proc`` exits first or when ``timeout`` seconds pass, after calling ``on_failure`` (e.g. the launcher's
+    stop) if given.
     """
     deadline = time.monotonic() + timeout
+    exited = None
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            problem = f"{name} exited with {proc.returncode}"
+        exited = proc.poll()
+        if exited is not None:
+            problem = f"{name} exited with {exited}"
             break
         with contextlib.suppress(requests.RequestException):
             if requests.get(url, headers=dict(headers or {}), timeout=2).status_code == 200:
@@ -47,7 +59,7 @@ def wait_until_ok(
         problem = f"{name} did not answer {url} within {timeout} s"
     if on_failure is not None:
         on_failure()
-    raise RuntimeError(f"{problem}:\n{log_tail()}")
+    raise ServiceNotReady(f"{problem}:\n{log_tail()}", exited)
 
 
 def read_tail(path: Path | None, lines: int = 40) -> str:
