@@ -8,7 +8,7 @@ import json
 import pytest
 import requests
 
-from tests.helpers.api import TIMEOUT, env_registration, get, group, post_group, register
+from tests.helpers.api import TIMEOUT, get, group, post_group, register, register_env
 
 
 def snapshot(url):
@@ -24,7 +24,7 @@ def started(url, **overrides):
 
 
 def add_env(url, **overrides):
-    response = requests.post(f"{url}/register-env", json=env_registration(**overrides), timeout=TIMEOUT)
+    response = register_env(url, **overrides)
     assert response.json()["status"] == "success", response.text
     return response.json()["env_id"]
 
@@ -204,7 +204,7 @@ def test_bad_registrations(url, field, value):
 )
 def test_bad_env_registrations(url, field, value):
     started(url, batch_size=8)
-    response = requests.post(f"{url}/register-env", json=env_registration(**{field: value}), timeout=TIMEOUT)
+    response = register_env(url, **{field: value})
     assert_422(response, ["body", field])
     assert get(url, "/inspect/envs").json() == {"envs": []}
 

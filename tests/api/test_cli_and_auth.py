@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import requests
 from atroposlib.api.config import ApiConfig, is_loopback
 from atroposlib.testing.api_process import free_port, launch_api
 from atroposlib.testing.processes import stop_process, wait_until_ok
-from tests.helpers.api import TIMEOUT, get, group, post_group, register
+from tests.helpers.api import TIMEOUT, get, group, post_group, preflight, register
 
 RUN_API = [sys.executable, "-m", "atroposlib.cli.run_api"]
 
@@ -24,12 +25,27 @@ def run_cli(args, env=None, timeout=60):
     return subprocess.run([*RUN_API, *args], capture_output=True, text=True, timeout=timeout, env=merged)
 
 
-def wait_ready(url, headers=None, proc=None, timeout=30):
-    wait_until_ok(proc, f"{url}/info", name="run-api", timeout=timeout, interval=0.05, headers=headers)
+@contextlib.contextmanager
+def running_api(args, *, url, headers=None, cwd=None, env=None, process_group=False):
+    """``run-api ARGS`` exactly as typed on a command line (no flags added), for the ``with`` block.
 
-
-def stop(proc):
-    stop_process(proc, 15)
+    Waits until ``GET {url}/info`` (sent with ``headers``) answers 200; stops the process afterwards, with its
+    whole process group when ``process_group`` is set.
+    """
+    proc = subprocess.Popen(
+        [*RUN_API, *args],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        wait_until_ok(proc, f"{url}/info", name="run-api", timeout=30, interval=0.05, headers=headers)
+        yield proc
+    finally:
+        stop_process(proc, 15, process_group=process_group)
 
 
 @pytest.mark.parametrize(
@@ -75,19 +91,9 @@ def test_unusable_data_dir_exits_1(tmp_path):
 def test_original_launch_line_localhost(tmp_path):
     """``python -m atroposlib.cli.run_api --host localhost --port N`` (how the original's tests start it)."""
     port = free_port()
-    proc = subprocess.Popen(
-        [*RUN_API, "--host", "localhost", "--port", str(port)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        wait_ready(f"http://localhost:{port}", proc=proc)
-        assert get(f"http://localhost:{port}", "/status").json() == {"current_step": 0, "queue_size": 0}
-    finally:
-        stop(proc)
+    url = f"http://localhost:{port}"
+    with running_api(["--host", "localhost", "--port", str(port)], url=url, cwd=tmp_path):
+        assert get(url, "/status").json() == {"current_step": 0, "queue_size": 0}
     assert (tmp_path / "atropos_data" / "trajectory_api.sqlite3").exists()  # the default data dir
 
 
@@ -104,45 +110,21 @@ def test_config_file_and_flag_precedence(tmp_path):
 
 def test_non_loopback_bind_with_allow_unauthenticated(tmp_path):
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            *RUN_API,
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(port),
-            "--allow-unauthenticated",
-            "--data-dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        wait_ready(f"http://127.0.0.1:{port}", proc=proc)
-    finally:
-        stop(proc)
+    args = ["--host", "0.0.0.0", "--port", str(port), "--allow-unauthenticated", "--data-dir", str(tmp_path)]
+    with running_api(args, url=f"http://127.0.0.1:{port}"):
+        pass  # it started and answers /info without a key
 
 
 def test_non_loopback_bind_with_key_from_environment(tmp_path):
     port = free_port()
-    env = dict(os.environ, ATROPOS_API_KEY="s3cret")
-    proc = subprocess.Popen(
-        [*RUN_API, "--host", "0.0.0.0", "--port", str(port), "--data-dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, headers={"Authorization": "Bearer s3cret"}, proc=proc)
+    with running_api(
+        ["--host", "0.0.0.0", "--port", str(port), "--data-dir", str(tmp_path)],
+        url=url,
+        headers={"Authorization": "Bearer s3cret"},
+        env=dict(os.environ, ATROPOS_API_KEY="s3cret"),
+    ):
         assert requests.get(f"{url}/info", timeout=TIMEOUT).status_code == 401
-    finally:
-        stop(proc)
 
 
 def test_is_loopback():
@@ -212,29 +194,19 @@ def test_authenticated_flow_and_unauthenticated_changes_nothing(secured):
 
 
 def test_cors_preflight_passes_without_the_key(secured):
-    response = requests.options(
-        f"{secured.url}/scored_data",
-        headers={"Origin": "http://ui.example", "Access-Control-Request-Method": "POST"},
-        timeout=TIMEOUT,
-    )
-    assert response.status_code == 200
+    assert preflight(secured.url, "/scored_data", "http://ui.example").status_code == 200
 
 
 def test_reload_mode_serves(tmp_path):
     port = free_port()
-    proc = subprocess.Popen(
-        [*RUN_API, "--reload", "--port", str(port), "--data-dir", str(tmp_path), "--store", "memory"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        wait_ready(f"http://127.0.0.1:{port}", proc=proc)
-        assert get(f"http://127.0.0.1:{port}", "/health").json()["store"] == "memory"
-    finally:
-        # The reloader runs the server in a child process: stop the whole session.
-        stop_process(proc, 15, process_group=True)
+    url = f"http://127.0.0.1:{port}"
+    # The reloader runs the server in a child process: stop the whole session.
+    with running_api(
+        ["--reload", "--port", str(port), "--data-dir", str(tmp_path), "--store", "memory"],
+        url=url,
+        process_group=True,
+    ):
+        assert get(url, "/health").json()["store"] == "memory"
 
 
 def test_structured_json_logs(tmp_path):

@@ -11,7 +11,16 @@ import json
 
 import requests
 
-from tests.helpers.api import TIMEOUT, env_registration, get, group, post_group, register, registration
+from tests.helpers.api import (
+    TIMEOUT,
+    get,
+    group,
+    post_group,
+    preflight,
+    register,
+    register_env,
+    registration,
+)
 
 # ------------------------------------------------------------------ readiness, root, info
 
@@ -303,17 +312,13 @@ def test_scored_data_before_register_does_not_poison_registration(url):
 
 
 def test_register_env_waits_for_trainer_first_batch(url):
-    assert requests.post(f"{url}/register-env", json=env_registration(), timeout=TIMEOUT).json() == {
-        "status": "wait for trainer to start"
-    }
+    assert register_env(url).json() == {"status": "wait for trainer to start"}
     register(
         url, batch_size=32, checkpoint_dir="ck", save_checkpoint_interval=5, num_steps=10, starting_step=3
     )
-    assert requests.post(f"{url}/register-env", json=env_registration(), timeout=TIMEOUT).json() == {
-        "status": "wait for trainer to start"
-    }
+    assert register_env(url).json() == {"status": "wait for trainer to start"}
     get(url, "/batch")
-    response = requests.post(f"{url}/register-env", json=env_registration(desired_name="a"), timeout=TIMEOUT)
+    response = register_env(url, desired_name="a")
     assert response.json() == {
         "status": "success",
         "env_id": 0,
@@ -323,12 +328,8 @@ def test_register_env_waits_for_trainer_first_batch(url):
         "checkpoint_interval": 5,
         "num_steps": 10,
     }
-    again = requests.post(
-        f"{url}/register-env", json=env_registration(desired_name="a"), timeout=TIMEOUT
-    ).json()
-    other = requests.post(
-        f"{url}/register-env", json=env_registration(desired_name="b"), timeout=TIMEOUT
-    ).json()
+    again = register_env(url, desired_name="a").json()
+    other = register_env(url, desired_name="b").json()
     assert (again["env_id"], again["wandb_name"]) == (1, "a_1")
     assert (other["env_id"], other["wandb_name"]) == (2, "b_0")
 
@@ -339,9 +340,7 @@ def started(url, **overrides):
 
 
 def add_env(url, **overrides):
-    return requests.post(f"{url}/register-env", json=env_registration(**overrides), timeout=TIMEOUT).json()[
-        "env_id"
-    ]
+    return register_env(url, **overrides).json()["env_id"]
 
 
 def status_env(url, env_id):
@@ -437,11 +436,7 @@ def test_wandb_info_before_register_is_null(url):
 
 
 def test_cors_headers(url):
-    response = requests.options(
-        f"{url}/scored_data",
-        headers={"Origin": "http://example.com", "Access-Control-Request-Method": "POST"},
-        timeout=TIMEOUT,
-    )
+    response = preflight(url, "/scored_data", "http://example.com")
     assert response.status_code == 200
     assert response.headers["access-control-allow-origin"] in ("*", "http://example.com")
     simple = get(url, "/info", headers={"Origin": "http://example.com"})
@@ -454,9 +449,8 @@ def test_registration_schema_errors_are_fastapi_422(url):
     response = requests.post(f"{url}/register", json=body, timeout=TIMEOUT)
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "batch_size"]
-    env_body = env_registration(weight=None)
     started(url)
-    assert requests.post(f"{url}/register-env", json=env_body, timeout=TIMEOUT).status_code == 422
+    assert register_env(url, weight=None).status_code == 422
 
 
 def test_third_party_trainer_registers_with_null_or_missing_wandb_names(url):
@@ -473,5 +467,5 @@ def test_third_party_trainer_registers_with_null_or_missing_wandb_names(url):
         "max_token_len": body["max_token_len"],
     }
     get(url, "/batch")
-    env = requests.post(f"{url}/register-env", json=env_registration(), timeout=TIMEOUT).json()
+    env = register_env(url).json()
     assert env["status"] == "success"

@@ -13,7 +13,7 @@ import orjson
 import requests
 
 from atroposlib.testing.api_process import free_port, launch_api
-from tests.helpers.api import TIMEOUT, env_registration, get, group, post_group, register
+from tests.helpers.api import TIMEOUT, get, group, post_group, register, register_env
 
 
 def marker(batch):
@@ -41,9 +41,7 @@ def test_state_survives_kill9(tmp_path):
         ]
         assert isinstance(uuid, int)
         get(url, "/batch")  # start: lets envs register
-        env_id = requests.post(
-            f"{url}/register-env", json=env_registration(group_size=4), timeout=TIMEOUT
-        ).json()["env_id"]
+        env_id = register_env(url, group_size=4).json()["env_id"]
         for i in range(6):  # six full groups of 4 -> three batches when drained
             assert post_group(url, group(4, start=100 * i, env_id=env_id)).json() == {"status": "received"}
         first = get(url, "/batch").json()  # forms 3 batches (step 5 -> 8), serves the newest
@@ -78,9 +76,7 @@ def test_state_survives_kill9(tmp_path):
         # registration survived (no re-init), the trainer is still "started" so envs can register
         assert register(url, batch_size=64).json()["uuid"] != uuid
         assert get(url, "/info").json()["batch_size"] == 8
-        second_env = requests.post(
-            f"{url}/register-env", json=env_registration(desired_name="test_env"), timeout=TIMEOUT
-        ).json()
+        second_env = register_env(url, desired_name="test_env").json()
         assert second_env["status"] == "success" and second_env["wandb_name"] == "test_env_1"
         last = get(url, "/batch").json()
         assert sorted(marker(last["batch"])) == [900, 950, 1000]

@@ -15,7 +15,16 @@ import requests
 from atroposlib.api.limits import BodyTooLarge, InvalidGzip, inflate_gzip, is_json_content_type
 from atroposlib.group import FIELD_NAMES
 from atroposlib.testing.api_process import launch_api
-from tests.helpers.api import TIMEOUT, env_registration, get, group, post_group, register, registration
+from tests.helpers.api import (
+    TIMEOUT,
+    env_registration,
+    get,
+    group,
+    post_group,
+    register,
+    register_env,
+    registration,
+)
 
 MAX_BODY = 4096
 MAX_INFLATED = 16384
@@ -266,7 +275,7 @@ def _fuzz_requests(rng: random.Random, base: str):
 def test_fuzzed_hostile_requests_never_get_a_5xx(surl):
     register(surl, batch_size=4, max_token_len=64)
     get(surl, "/batch")
-    requests.post(f"{surl}/register-env", json=env_registration(group_size=2), timeout=TIMEOUT)
+    register_env(surl, group_size=2)
     rng = random.Random(20240601)
     session = requests.Session()
     statuses = {}

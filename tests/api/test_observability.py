@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import requests
 
-from tests.helpers.api import TIMEOUT, env_registration, get, group, post_group, register
+from tests.helpers.api import TIMEOUT, get, group, post_group, register, register_env
 
 
 def test_health(url):
@@ -19,9 +19,7 @@ def test_health(url):
 def test_metrics_expose_queue_counters_latency_and_per_env_scores(url):
     register(url, batch_size=4)
     get(url, "/batch")
-    env_id = requests.post(
-        f"{url}/register-env", json=env_registration(group_size=2), timeout=TIMEOUT
-    ).json()["env_id"]
+    env_id = register_env(url, group_size=2).json()["env_id"]
     post_group(url, group(2, scores=[1.0, 0.0], env_id=env_id))
     post_group(url, group(2, start=10, scores=[1.0, 1.0], env_id=env_id))
     post_group(url, group(2, start=20))
@@ -43,9 +41,7 @@ def test_metrics_expose_queue_counters_latency_and_per_env_scores(url):
 def test_inspect_recent_is_read_only_newest_first_and_filterable(url):
     register(url, batch_size=4)
     get(url, "/batch")
-    env_id = requests.post(
-        f"{url}/register-env", json=env_registration(group_size=2), timeout=TIMEOUT
-    ).json()["env_id"]
+    env_id = register_env(url, group_size=2).json()["env_id"]
     post_group(url, group(2, start=0))
     post_group(url, group(2, start=10, env_id=env_id))
     post_group(url, group(2, start=20))
@@ -67,11 +63,7 @@ def test_inspect_recent_is_read_only_newest_first_and_filterable(url):
 def test_inspect_envs(url):
     register(url, batch_size=4)
     get(url, "/batch")
-    requests.post(
-        f"{url}/register-env",
-        json=env_registration(group_size=2, weight=2.5, min_batch_allocation=0.25, desired_name="math"),
-        timeout=TIMEOUT,
-    )
+    register_env(url, group_size=2, weight=2.5, min_batch_allocation=0.25, desired_name="math")
     assert get(url, "/inspect/envs").json() == {
         "envs": [
             {

@@ -35,6 +35,13 @@ def env_registration(**overrides: Any) -> dict[str, Any]:
     return body
 
 
+def register_env(url: str, headers: dict | None = None, **overrides: Any) -> requests.Response:
+    """``POST /register-env`` with :func:`env_registration` and ``overrides``."""
+    return requests.post(
+        f"{url}/register-env", json=env_registration(**overrides), headers=headers, timeout=TIMEOUT
+    )
+
+
 def group(sequences: int = 1, length: int = 3, *, start: int = 0, **fields: Any) -> dict[str, Any]:
     """A valid scored group: ``sequences`` rows of ``length`` token ids starting at ``start``."""
     body = {
@@ -52,6 +59,15 @@ def post_group(url: str, body: Any, headers: dict | None = None) -> requests.Res
 
 def get(url: str, path: str, **kwargs: Any) -> requests.Response:
     return requests.get(f"{url}{path}", timeout=TIMEOUT, **kwargs)
+
+
+def preflight(url: str, path: str, origin: str) -> requests.Response:
+    """The CORS preflight a browser page on ``origin`` sends before a ``POST`` to ``path``."""
+    return requests.options(
+        f"{url}{path}",
+        headers={"Origin": origin, "Access-Control-Request-Method": "POST"},
+        timeout=TIMEOUT,
+    )
 
 
 def random_group(rng: random.Random) -> dict:
