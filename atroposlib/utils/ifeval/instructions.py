@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -149,24 +149,58 @@ class EndChecker(Arguments):
     end_phrase: str = Field(min_length=1)
 
 
+@dataclass(frozen=True)
+class Instruction:
+    """An instruction id, the model of its arguments and its check."""
+
+    id: str
+    arguments: type[Arguments]
+    check: Callable[[str, Any], bool]
+
+
+#: Every instruction, by id, in the order the checks below are defined.
+INSTRUCTIONS: dict[str, Instruction] = {}
+
+_Check = TypeVar("_Check", bound=Callable[[str, Any], bool])
+
+
+def _checks(instruction_id: str) -> Callable[[_Check], _Check]:
+    """Register the decorated check as ``instruction_id`` in :data:`INSTRUCTIONS`; the model of its
+    arguments is the annotation of its ``args`` parameter."""
+
+    def register(check: _Check) -> _Check:
+        if instruction_id in INSTRUCTIONS:
+            raise ValueError(f"instruction {instruction_id!r} is registered twice")
+        arguments = get_type_hints(check)["args"]
+        INSTRUCTIONS[instruction_id] = Instruction(instruction_id, arguments, check)
+        return check
+
+    return register
+
+
 # -- change_case ----------------------------------------------------------------------------------------
+@_checks("change_case:capital_word_frequency")
 def capital_word_frequency(response: str, args: CapitalWordFrequency) -> bool:
     return compare(len(capital_words(response)), args.capital_relation, args.capital_frequency)
 
 
+@_checks("change_case:english_capital")
 def english_capital(response: str, args: NoArguments) -> bool:
     return response.isupper() and detect_language(response) == "en"
 
 
+@_checks("change_case:english_lowercase")
 def english_lowercase(response: str, args: NoArguments) -> bool:
     return response.islower() and detect_language(response) == "en"
 
 
 # -- combination ----------------------------------------------------------------------------------------
+@_checks("combination:repeat_prompt")
 def repeat_prompt(response: str, args: RepeatPrompt) -> bool:
     return response.strip().lower().startswith(args.prompt_to_repeat.strip().lower())
 
 
+@_checks("combination:two_responses")
 def two_responses(response: str, args: NoArguments) -> bool:
     parts = response.split("******")
     answers = []
@@ -179,10 +213,12 @@ def two_responses(response: str, args: NoArguments) -> bool:
 
 
 # -- detectable_content ---------------------------------------------------------------------------------
+@_checks("detectable_content:number_placeholders")
 def number_placeholders(response: str, args: NumberPlaceholders) -> bool:
     return len(re.findall(r"\[.*?\]", response)) >= args.num_placeholders
 
 
+@_checks("detectable_content:postscript")
 def postscript(response: str, args: Postscript) -> bool:
     # Spaces may follow each period of the marker ("P. S." for "P.S."); the marker may appear anywhere.
     pieces = args.postscript_marker.strip().lower().split(".")
@@ -191,6 +227,7 @@ def postscript(response: str, args: Postscript) -> bool:
 
 
 # -- detectable_format ----------------------------------------------------------------------------------
+@_checks("detectable_format:constrained_response")
 def constrained_response(response: str, args: ConstrainedResponse) -> bool:
     # Exactly one of the options: a reply listing several ("My answer is yes. My answer is no.") hedges.
     text = response.strip()
@@ -198,6 +235,7 @@ def constrained_response(response: str, args: ConstrainedResponse) -> bool:
     return len(present) == 1
 
 
+@_checks("detectable_format:json_format")
 def json_format(response: str, args: NoArguments) -> bool:
     text = response.strip()
     for fence in ("```json", "```Json", "```JSON", "```"):
@@ -212,17 +250,20 @@ def json_format(response: str, args: NoArguments) -> bool:
     return True
 
 
+@_checks("detectable_format:multiple_sections")
 def multiple_sections(response: str, args: MultipleSections) -> bool:
     pattern = r"\s?" + re.escape(args.section_spliter) + r"\s?\d+\s?"
     return len(re.split(pattern, response)) - 1 >= args.num_sections
 
 
+@_checks("detectable_format:number_bullet_lists")
 def number_bullet_lists(response: str, args: NumberBullets) -> bool:
     stars = re.findall(r"^\s*\*[^*].*$", response, flags=re.MULTILINE)
     dashes = re.findall(r"^\s*-.*$", response, flags=re.MULTILINE)
     return len(stars) + len(dashes) == args.num_bullets
 
 
+@_checks("detectable_format:number_highlighted_sections")
 def number_highlighted_sections(response: str, args: NumberHighlights) -> bool:
     single = re.findall(r"\*[^\n*]*\*", response)
     double = re.findall(r"\*\*[^\n*]*\*\*", response)
@@ -230,15 +271,18 @@ def number_highlighted_sections(response: str, args: NumberHighlights) -> bool:
     return found >= args.num_highlights
 
 
+@_checks("detectable_format:title")
 def title(response: str, args: NoArguments) -> bool:
     return any(span[2:-2].strip() for span in re.findall(r"<<[^\n]+>>", response))
 
 
 # -- keywords -------------------------------------------------------------------------------------------
+@_checks("keywords:existence")
 def keywords_existence(response: str, args: KeywordsExist) -> bool:
     return all(re.search(re.escape(keyword), response, flags=re.IGNORECASE) for keyword in args.keywords)
 
 
+@_checks("keywords:forbidden_words")
 def forbidden_words(response: str, args: ForbiddenWords) -> bool:
     return not any(
         re.search(r"\b" + re.escape(word) + r"\b", response, flags=re.IGNORECASE)
@@ -246,16 +290,19 @@ def forbidden_words(response: str, args: ForbiddenWords) -> bool:
     )
 
 
+@_checks("keywords:frequency")
 def keyword_frequency(response: str, args: KeywordFrequency) -> bool:
     count = len(re.findall(re.escape(args.keyword), response, flags=re.IGNORECASE))
     return compare(count, args.relation, args.frequency)
 
 
+@_checks("keywords:letter_frequency")
 def letter_frequency(response: str, args: LetterFrequency) -> bool:
     return compare(response.lower().count(args.letter.lower()), args.let_relation, args.let_frequency)
 
 
 # -- language -------------------------------------------------------------------------------------------
+@_checks("language:response_language")
 def response_language(response: str, args: ResponseLanguage) -> bool:
     return detect_language(response) == args.language
 
@@ -266,6 +313,7 @@ def _first_word(paragraph: str) -> str:
     return re.split(r"[.,?!'\"]", word, maxsplit=1)[0].lower()
 
 
+@_checks("length_constraints:nth_paragraph_first_word")
 def nth_paragraph_first_word(response: str, args: NthParagraphFirstWord) -> bool:
     paragraphs = re.split(r"\n\n", response)
     count = sum(1 for paragraph in paragraphs if paragraph.strip())
@@ -281,6 +329,7 @@ def nth_paragraph_first_word(response: str, args: NthParagraphFirstWord) -> bool
 _DIVIDER = re.compile(r"\s?\*[ ]?\*[ ]?\*\s?")
 
 
+@_checks("length_constraints:number_paragraphs")
 def number_paragraphs(response: str, args: NumberParagraphs) -> bool:
     paragraphs = _DIVIDER.split(response)
     count = len(paragraphs)
@@ -293,71 +342,31 @@ def number_paragraphs(response: str, args: NumberParagraphs) -> bool:
     return count == args.num_paragraphs
 
 
+@_checks("length_constraints:number_sentences")
 def number_sentences(response: str, args: NumberSentences) -> bool:
     return compare(count_sentences(response), args.relation, args.num_sentences)
 
 
+@_checks("length_constraints:number_words")
 def number_words(response: str, args: NumberWords) -> bool:
     return compare(count_words(response), args.relation, args.num_words)
 
 
 # -- punctuation and startend ---------------------------------------------------------------------------
+@_checks("punctuation:no_comma")
 def no_comma(response: str, args: NoArguments) -> bool:
     return "," not in response
 
 
+@_checks("startend:end_checker")
 def end_checker(response: str, args: EndChecker) -> bool:
     return response.strip().lower().endswith(args.end_phrase.strip().lower())
 
 
+@_checks("startend:quotation")
 def quotation(response: str, args: NoArguments) -> bool:
     text = response.strip()
     return len(text) > 1 and text[0] == '"' and text[-1] == '"'
-
-
-@dataclass(frozen=True)
-class Instruction:
-    """An instruction id, the model of its arguments and its check."""
-
-    id: str
-    arguments: type[Arguments]
-    check: Callable[[str, Any], bool]
-
-
-INSTRUCTIONS: dict[str, Instruction] = {
-    spec.id: spec
-    for spec in (
-        Instruction("change_case:capital_word_frequency", CapitalWordFrequency, capital_word_frequency),
-        Instruction("change_case:english_capital", NoArguments, english_capital),
-        Instruction("change_case:english_lowercase", NoArguments, english_lowercase),
-        Instruction("combination:repeat_prompt", RepeatPrompt, repeat_prompt),
-        Instruction("combination:two_responses", NoArguments, two_responses),
-        Instruction("detectable_content:number_placeholders", NumberPlaceholders, number_placeholders),
-        Instruction("detectable_content:postscript", Postscript, postscript),
-        Instruction("detectable_format:constrained_response", ConstrainedResponse, constrained_response),
-        Instruction("detectable_format:json_format", NoArguments, json_format),
-        Instruction("detectable_format:multiple_sections", MultipleSections, multiple_sections),
-        Instruction("detectable_format:number_bullet_lists", NumberBullets, number_bullet_lists),
-        Instruction(
-            "detectable_format:number_highlighted_sections", NumberHighlights, number_highlighted_sections
-        ),
-        Instruction("detectable_format:title", NoArguments, title),
-        Instruction("keywords:existence", KeywordsExist, keywords_existence),
-        Instruction("keywords:forbidden_words", ForbiddenWords, forbidden_words),
-        Instruction("keywords:frequency", KeywordFrequency, keyword_frequency),
-        Instruction("keywords:letter_frequency", LetterFrequency, letter_frequency),
-        Instruction("language:response_language", ResponseLanguage, response_language),
-        Instruction(
-            "length_constraints:nth_paragraph_first_word", NthParagraphFirstWord, nth_paragraph_first_word
-        ),
-        Instruction("length_constraints:number_paragraphs", NumberParagraphs, number_paragraphs),
-        Instruction("length_constraints:number_sentences", NumberSentences, number_sentences),
-        Instruction("length_constraints:number_words", NumberWords, number_words),
-        Instruction("punctuation:no_comma", NoArguments, no_comma),
-        Instruction("startend:end_checker", EndChecker, end_checker),
-        Instruction("startend:quotation", NoArguments, quotation),
-    )
-}
 
 
 def instruction(instruction_id: str) -> Optional[Instruction]:
