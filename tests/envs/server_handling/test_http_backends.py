@@ -162,13 +162,21 @@ def expected_output(tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
 
 
-@pytest.mark.parametrize("route", ["generate", "openai"])
-async def test_vllm_tokens_and_logprobs(scripted, tiny_model_dir, tiny_tokenizer, route):
-    if route == "openai":
+def vllm_client(scripted, tiny_model_dir) -> VLLMServer:
+    """A fast :class:`VLLMServer` for the scripted server that tokenises with the tiny model."""
+    return make_fast(VLLMServer(config_for(scripted, server_type="vllm", tokenizer_name=str(tiny_model_dir))))
+
+
+@pytest.fixture(params=["generate", "openai"])
+def route(request, scripted) -> str:
+    """The token route the scripted server offers: vLLM's ``/generate``, or only the OpenAI completions."""
+    if request.param == "openai":
         scripted.control(generate_route=False)
-    server = make_fast(
-        VLLMServer(config_for(scripted, server_type="vllm", tokenizer_name=str(tiny_model_dir)))
-    )
+    return request.param
+
+
+async def test_vllm_tokens_and_logprobs(scripted, tiny_model_dir, tiny_tokenizer, route):
+    server = vllm_client(scripted, tiny_model_dir)
     prompt_ids = tiny_tokenizer.encode("Question: 2 + 2?")
     prompt_tokens, outputs, logprobs, finishes = await server.tokens_and_logprobs_completion(
         input_ids=prompt_ids, prompt="ignored when input_ids are given", n=2, max_tokens=64, temperature=1.0
@@ -190,13 +198,8 @@ async def test_vllm_tokens_and_logprobs(scripted, tiny_model_dir, tiny_tokenizer
     await server.close()
 
 
-@pytest.mark.parametrize("route", ["generate", "openai"])
 async def test_vllm_get_logprobs(scripted, tiny_model_dir, tiny_tokenizer, route):
-    if route == "openai":
-        scripted.control(generate_route=False)
-    server = make_fast(
-        VLLMServer(config_for(scripted, server_type="vllm", tokenizer_name=str(tiny_model_dir)))
-    )
+    server = vllm_client(scripted, tiny_model_dir)
     ids = tiny_tokenizer.encode("one two three")
     result = await server.get_logprobs(input_ids=ids, top_k=2)
     assert result["prompt_tokens"] == ids
@@ -210,9 +213,7 @@ async def test_vllm_get_logprobs(scripted, tiny_model_dir, tiny_tokenizer, route
 
 
 async def test_vllm_extra_body_and_aliases_are_flattened(scripted, tiny_model_dir):
-    server = make_fast(
-        VLLMServer(config_for(scripted, server_type="vllm", tokenizer_name=str(tiny_model_dir)))
-    )
+    server = vllm_client(scripted, tiny_model_dir)
     await server.tokens_and_logprobs_completion(
         input_ids=[5, 6, 7], max_new_tokens=4, extra_body={"min_p": 0.1}, timeout=30, split="eval"
     )
