@@ -53,7 +53,7 @@ from example_trainer.vllm_api_server import (
     UpdateWeightsBody,
     _api_error_handler,
     _json_body,
-    _validation_message,
+    _parsed_body,
     checkpoint_to_load,
 )
 from example_trainer.weight_refresh import CheckpointError, check_compatible
@@ -440,10 +440,7 @@ def build_app(
 
     @app.post("/bridge/update_weights")
     async def update_weights(request: Request) -> dict[str, Any]:
-        try:
-            parsed = UpdateWeightsBody.model_validate(await _json_body(request))
-        except ValidationError as exc:
-            raise ApiError(400, _validation_message(exc)) from None
+        parsed = await _parsed_body(request, UpdateWeightsBody)
         checkpoint = checkpoint_to_load(parsed.checkpoint_dir)
         try:
             seconds = await asyncio.to_thread(generator.update_weights, checkpoint)

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -323,6 +323,17 @@ async def _json_body(request: Request) -> Any:
         raise ApiError(400, f"request body is not valid JSON: {exc}") from exc
 
 
+_Body = TypeVar("_Body", bound=BaseModel)
+
+
+async def _parsed_body(request: Request, model: type[_Body]) -> _Body:
+    """The JSON body validated as ``model``; ``ApiError(400)`` naming the bad field (or the JSON error)."""
+    try:
+        return model.model_validate(await _json_body(request))
+    except ValidationError as exc:
+        raise ApiError(400, _validation_message(exc)) from exc
+
+
 def _prompt_text(engine: Any, final_output: Any) -> str:
     if final_output.prompt:
         return final_output.prompt
@@ -478,11 +489,7 @@ def build_atropos_router() -> APIRouter:
 
     @router.post("/bridge/update_weights", dependencies=auth)
     async def bridge_update_weights(request: Request) -> dict[str, Any]:
-        body = await _json_body(request)
-        try:
-            parsed = UpdateWeightsBody.model_validate(body)
-        except ValidationError as exc:
-            raise ApiError(400, _validation_message(exc)) from exc
+        parsed = await _parsed_body(request, UpdateWeightsBody)
         if parsed.pause_mode not in PAUSE_MODES:
             raise ApiError(400, f"pause_mode must be one of {list(PAUSE_MODES)}")
         checkpoint = checkpoint_to_load(parsed.checkpoint_dir)
@@ -558,11 +565,7 @@ def build_atropos_router() -> APIRouter:
 
     @router.post("/lora/load", dependencies=auth)
     async def lora_load(request: Request) -> dict[str, Any]:
-        body = await _json_body(request)
-        try:
-            parsed = LoraLoadBody.model_validate(body)
-        except ValidationError as exc:
-            raise ApiError(400, _validation_message(exc)) from exc
+        parsed = await _parsed_body(request, LoraLoadBody)
         try:
             adapter_config = read_adapter_config(parsed.adapter_path)
         except FileNotFoundError as exc:
