@@ -42,9 +42,8 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import hub_split, load_rows
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers
 
@@ -228,33 +227,28 @@ class AnswerFormatEnvConfig(SingleTurnEnvConfig):
         return list(dict.fromkeys(formats))
 
 
-class AnswerFormatEnv(SingleTurnEnv):
+class AnswerFormatEnv(LocalServerDefaults, SingleTurnEnv):
     """Rewards replies that answer in the requested format exactly once and in no other."""
 
     name = "answer_format"
     env_config_cls = AnswerFormatEnvConfig
+    config: AnswerFormatEnvConfig
+    default_model = DEFAULT_MODEL
 
     def __init__(self, config: AnswerFormatEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: AnswerFormatEnvConfig
         self.train_rows: list[dict[str, Any]] = []
         self.test_items: list[FormatItem] = []
 
     @classmethod
-    def config_init(cls) -> tuple[AnswerFormatEnvConfig, APIServerConfig]:
-        env_config = AnswerFormatEnvConfig(
+    def default_env_config(cls) -> AnswerFormatEnvConfig:
+        return AnswerFormatEnvConfig(
             group_size=16,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
-            total_steps=1000,
             batch_size=256,
             steps_per_eval=20,
             max_token_length=4096,
-            wandb_name="answer_format",
             eval_limit=500,
         )
-        server_config = local_server_config(DEFAULT_MODEL, 9001)
-        return env_config, server_config
 
     def _rows(self, path: Optional[str], split: str) -> list[dict[str, Any]]:
         cfg = self.config

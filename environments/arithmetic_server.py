@@ -29,7 +29,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
-from atroposlib.envs.reporting import EvalReporting, IterCheckpoint
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, LocalServerDefaults
 from atroposlib.type_definitions import Item
 
 Operation = Literal["+", "-", "*"]
@@ -231,15 +231,17 @@ class ArithmeticEnvConfig(BaseEnvConfig):
         return self
 
 
-class ArithmeticEnv(IterCheckpoint, EvalReporting, BaseEnv):
+class ArithmeticEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
     """Rewards the exact integer answer to generated arithmetic questions; evaluates on a held-out split."""
 
     name = "arithmetic"
     env_config_cls = ArithmeticEnvConfig
+    config: ArithmeticEnvConfig
+    default_model = DEFAULT_MODEL
+    default_server_settings = {"server_type": "vllm", "num_requests_for_eval": 64}
 
     def __init__(self, config: ArithmeticEnvConfig, server_configs, slurm=True, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: ArithmeticEnvConfig
         self.task = self._make_task(config)
         self.iter = 0
 
@@ -257,27 +259,16 @@ class ArithmeticEnv(IterCheckpoint, EvalReporting, BaseEnv):
         )
 
     @classmethod
-    def config_init(cls) -> tuple[ArithmeticEnvConfig, list[APIServerConfig]]:
-        env_config = ArithmeticEnvConfig(
-            group_size=8,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
-            total_steps=200,
-            batch_size=64,
-            steps_per_eval=20,
-            max_token_length=256,
-            wandb_name="arithmetic",
+    def default_env_config(cls) -> ArithmeticEnvConfig:
+        return ArithmeticEnvConfig(
+            group_size=8, total_steps=200, batch_size=64, steps_per_eval=20, max_token_length=256
         )
-        server_configs = [
-            APIServerConfig(
-                model_name=DEFAULT_MODEL,
-                base_url="http://localhost:9001/v1",
-                api_key="x",
-                server_type="vllm",
-                num_requests_for_eval=64,
-            )
-        ]
-        return env_config, server_configs
+
+    @classmethod
+    def config_init(cls) -> tuple[ArithmeticEnvConfig, list[APIServerConfig]]:
+        """:class:`LocalServerDefaults`'s defaults with the server as a one-element list."""
+        env_config, server = super().config_init()
+        return env_config, [server]
 
     async def setup(self) -> None:
         self.iter = 0

@@ -49,10 +49,10 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
+from atroposlib.envs.base import EvalHandlingEnum
 from atroposlib.envs.data_loading import DatasetError, check_rows, hub_split, load_rows
 from atroposlib.envs.groups import ScoredDataGroup
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.sandbox import Sandbox, SandboxError, SandboxLimits
 from atroposlib.sandbox.code_tests import TestReport, run_function_tests, run_stdio_tests
@@ -289,28 +289,25 @@ def humaneval_rows() -> list[dict[str, Any]]:
 # -- the environment ---------------------------------------------------------------------------------------
 
 
-class CodingEnv(SingleTurnEnv):
+class CodingEnv(LocalServerDefaults, SingleTurnEnv):
     """Rewards Python programs by the tests they pass in the sandbox; evaluates pass@1."""
 
     name = "coding"
     env_config_cls = CodeConfig
+    config: CodeConfig
+    default_model = DEFAULT_MODEL
     correct_threshold = 1.0
 
     def __init__(self, config: CodeConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: CodeConfig
         self.sandbox: Optional[Sandbox] = None
 
     @classmethod
-    def config_init(cls) -> tuple[CodeConfig, APIServerConfig]:
-        env_config = CodeConfig(
+    def default_env_config(cls) -> CodeConfig:
+        return CodeConfig(
             group_size=32,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
             total_steps=200,
-            batch_size=-1,
             steps_per_eval=10,
-            max_batches_offpolicy=3,
             max_eval_workers=12,
             eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
             eval_limit_ratio=0.25,
@@ -318,8 +315,6 @@ class CodingEnv(SingleTurnEnv):
             min_items_sent_before_logging=1,
             wandb_name="coding_rl",
         )
-        server_configs = local_server_config(DEFAULT_MODEL, 9001)
-        return env_config, server_configs
 
     # -- set-up ------------------------------------------------------------------------------------------
     def _make_sandbox(self) -> Sandbox:

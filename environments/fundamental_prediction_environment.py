@@ -42,9 +42,9 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
+from atroposlib.envs.base import EvalHandlingEnum
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
@@ -175,39 +175,36 @@ def prediction_score(prediction: Optional[Prediction], item: FundamentalsItem) -
     )
 
 
-class FundamentalPredictionEnv(SingleTurnEnv):
+class FundamentalPredictionEnv(LocalServerDefaults, SingleTurnEnv):
     """Direction and size of a company metric's next change (see the module docstring)."""
 
     name = "fundamental_prediction"
     env_config_cls = FundamentalsEnvConfig
+    config: FundamentalsEnvConfig
+    default_model = DEFAULT_MODEL
+    default_server_port = 9004
     # An evaluation reply counts as correct when its direction is right.
     correct_threshold = DIRECTION_WEIGHT
 
     def __init__(self, config: FundamentalsEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: FundamentalsEnvConfig
         self.magnitude_error_buffer: list[float] = []
 
     @classmethod
-    def config_init(cls) -> tuple[FundamentalsEnvConfig, APIServerConfig]:
-        env_config = FundamentalsEnvConfig(
+    def default_env_config(cls) -> FundamentalsEnvConfig:
+        return FundamentalsEnvConfig(
             group_size=16,
-            use_wandb=True,
             max_num_workers=128,
-            rollout_server_url="http://localhost:8000",
             total_steps=2000,
             batch_size=1024,
             steps_per_eval=20,
             max_token_length=1024 * 16,
-            inference_weight=1.0,
             wandb_name="fundamental_metric_prediction",
             eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
             eval_limit_ratio=0.1,
             temperature=0.8,
             eval_temperature=0.2,
         )
-        server_configs = local_server_config(DEFAULT_MODEL, 9004)
-        return env_config, server_configs
 
     # -- data -------------------------------------------------------------------------------------------
     def _items(self, path: Optional[str]) -> list[FundamentalsItem]:

@@ -22,8 +22,8 @@ from math_verify import LatexExtractionConfig, parse, verify
 from pydantic import Field
 from tqdm.asyncio import tqdm_asyncio
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
-from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, local_server_config
+from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, LocalServerDefaults
 from atroposlib.type_definitions import Item
 from atroposlib.utils.math_checking import reply_extraction
 
@@ -74,9 +74,11 @@ def _parse_gold(boxed_answer: str):
     return parse(boxed_answer, extraction_mode="first_match", extraction_config=[LatexExtractionConfig()])
 
 
-class GSM8kEnv(IterCheckpoint, EvalReporting, BaseEnv):
+class GSM8kEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
     name = "gsm8k"
     env_config_cls = GSM8kEnvConfig
+    config: GSM8kEnvConfig
+    default_model = DEFAULT_MODEL
 
     def __init__(self, config: GSM8kEnvConfig, server_configs, slurm=True, testing=False):
         super().__init__(config, server_configs, slurm, testing)
@@ -84,19 +86,12 @@ class GSM8kEnv(IterCheckpoint, EvalReporting, BaseEnv):
         self.completion_lengths = []
 
     @classmethod
-    def config_init(cls) -> tuple[GSM8kEnvConfig, APIServerConfig]:
-        env_config = GSM8kEnvConfig(
+    def default_env_config(cls) -> GSM8kEnvConfig:
+        return GSM8kEnvConfig(
             group_size=8,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
-            total_steps=1000,
             batch_size=12,
-            steps_per_eval=100,
-            max_token_length=2048,
-            wandb_name="gsm8k",
+            max_token_length=2048,  # the budget the system prompt states
         )
-        server_configs = local_server_config(DEFAULT_MODEL, 9001)
-        return env_config, server_configs
 
     def _load_splits(self):
         cfg = self.config

@@ -32,9 +32,8 @@ from typing import Any, Optional, Union
 
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
-from atroposlib.envs.reporting import local_server_config, summary_line
+from atroposlib.envs.reporting import LocalServerDefaults, summary_line
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.ifeval import (
     BoundInstruction,
@@ -142,18 +141,19 @@ def evaluation_metrics(samples: Sequence[dict[str, Any]]) -> dict[str, float]:
     return metrics
 
 
-class InstructionFollowingEnv(SingleTurnEnv):
+class InstructionFollowingEnv(LocalServerDefaults, SingleTurnEnv):
     """Rewards the share of a prompt's verifiable instructions a reply follows; evaluates on IFEval."""
 
     name = "instruction_following"
     env_config_cls = IFConfig
+    config: IFConfig
+    default_model = DEFAULT_MODEL
+    default_server_port = 9004
 
     @classmethod
-    def config_init(cls) -> tuple[IFConfig, APIServerConfig]:
-        env_config = IFConfig(
+    def default_env_config(cls) -> IFConfig:
+        return IFConfig(
             group_size=32,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
             total_steps=500,
             batch_size=1024,
             steps_per_eval=20,
@@ -161,8 +161,6 @@ class InstructionFollowingEnv(SingleTurnEnv):
             wandb_name="instruction_following_rlvr_ifeval",
             temperature=0.8,
         )
-        server_configs = local_server_config(DEFAULT_MODEL, 9004)
-        return env_config, server_configs
 
     def _load(self) -> tuple[list[IFEvalItem], list[IFEvalItem]]:
         cfg = self.config

@@ -28,9 +28,8 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import final_boxed_answer
 
@@ -211,32 +210,28 @@ class LetterCountingTask:
         return LetterCountItem(text=text, letter=letter, count=count_letter(text, letter))
 
 
-class LetterCountingEnv(SingleTurnEnv):
+class LetterCountingEnv(LocalServerDefaults, SingleTurnEnv):
     """Rewards the exact boxed count of a letter in a word or random string."""
 
     name = "letter_counting"
     env_config_cls = LetterCountingConfig
+    config: LetterCountingConfig
+    default_model = DEFAULT_MODEL
 
     def __init__(self, config: LetterCountingConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: LetterCountingConfig
         self.task: Optional[LetterCountingTask] = None
 
     @classmethod
-    def config_init(cls) -> tuple[LetterCountingConfig, APIServerConfig]:
-        env_config = LetterCountingConfig(
+    def default_env_config(cls) -> LetterCountingConfig:
+        return LetterCountingConfig(
             group_size=16,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
             total_steps=250,
             batch_size=256,
             steps_per_eval=20,
             max_token_length=4096,
-            wandb_name="letter_counting",
             eval_temperature=0.2,
         )
-        server_config = local_server_config(DEFAULT_MODEL, 9001)
-        return env_config, server_config
 
     async def setup(self) -> None:
         words = read_word_list(self.config.word_list_path or DEFAULT_WORD_LIST)

@@ -39,9 +39,9 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator
 
-from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
+from atroposlib.envs.base import EvalHandlingEnum
 from atroposlib.envs.data_loading import check_rows, hub_split, load_rows, read_local_rows
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.math_checking import DEFAULT_TIMEOUT_S, MathChecker, gold_latex, reply_answers
 
@@ -138,37 +138,33 @@ def interleave(sets: Sequence[Sequence[MathItem]]) -> list[MathItem]:
     return items
 
 
-class MathEnv(SingleTurnEnv):
+class MathEnv(LocalServerDefaults, SingleTurnEnv):
     """Competition math with boxed answers checked by ``math_verify`` (see the module docstring)."""
 
     name = "math"
     env_config_cls = MathEnvConfig
+    config: MathEnvConfig
+    default_model = DEFAULT_MODEL
+    default_server_port = 9004
 
     def __init__(self, config: MathEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: MathEnvConfig
         self.checker = MathChecker(timeout_s=config.check_timeout_s, workers=config.check_workers)
 
     @classmethod
-    def config_init(cls) -> tuple[MathEnvConfig, APIServerConfig]:
-        env_config = MathEnvConfig(
+    def default_env_config(cls) -> MathEnvConfig:
+        return MathEnvConfig(
             group_size=16,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
-            total_steps=1000,
             batch_size=1024,
             max_num_workers_per_node=12,
             steps_per_eval=25,
             max_token_length=16384,
-            wandb_name="math",
             eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
             eval_limit_ratio=0.1,
             inference_weight=4,
             min_batch_allocation=0.1,
             top_p=0.95,
         )
-        server_configs = local_server_config(DEFAULT_MODEL, 9004)
-        return env_config, server_configs
 
     # -- data -------------------------------------------------------------------------------------------
     def _local_items(self, path: str, subset: str) -> list[MathItem]:

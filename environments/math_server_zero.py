@@ -25,8 +25,7 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.base import EvalHandlingEnum
 from atroposlib.utils.math_checking import reply_answers
 from atroposlib.utils.replies import THINK_OPEN, answer_section, boxed_answers
 
@@ -97,13 +96,14 @@ class MathZeroEnv(ChatMathEnv):
 
     name = "math_zero"
     env_config_cls = MathZeroEnvConfig
+    config: MathZeroEnvConfig
+    default_model = DEFAULT_MODEL
+    default_server_port = 9001
 
     @classmethod
-    def config_init(cls) -> tuple[MathZeroEnvConfig, APIServerConfig]:
-        env_config = MathZeroEnvConfig(
+    def default_env_config(cls) -> MathZeroEnvConfig:
+        return MathZeroEnvConfig(
             group_size=8,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
             total_steps=120,
             batch_size=64,
             steps_per_eval=20,
@@ -113,8 +113,6 @@ class MathZeroEnv(ChatMathEnv):
             eval_limit_ratio=0.1,
             max_num_workers_per_node=24,
         )
-        server_configs = local_server_config(DEFAULT_MODEL, 9001)
-        return env_config, server_configs
 
     @property
     def generation_budget(self) -> int:

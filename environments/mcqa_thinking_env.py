@@ -39,9 +39,9 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
+from atroposlib.envs.base import EvalHandlingEnum
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers
 
@@ -161,30 +161,29 @@ def reply_letter(reply: str) -> Optional[str]:
     return letters.pop()
 
 
-class MCQAThinkingEnv(SingleTurnEnv):
+class MCQAThinkingEnv(LocalServerDefaults, SingleTurnEnv):
     """Multiple-choice questions answered with a boxed letter (see the module docstring)."""
 
     name = "mcqa"
     env_config_cls = MCQAEnvConfig
+    config: MCQAEnvConfig
+    default_model = DEFAULT_MODEL
+    default_server_port = 9004
+    default_server_settings = {"num_max_requests_at_once": 32}
 
     @classmethod
-    def config_init(cls) -> tuple[MCQAEnvConfig, APIServerConfig]:
-        env_config = MCQAEnvConfig(
+    def default_env_config(cls) -> MCQAEnvConfig:
+        return MCQAEnvConfig(
             group_size=32,
-            use_wandb=True,
             max_num_workers=128,
-            rollout_server_url="http://localhost:8000",
             total_steps=2000,
             batch_size=1024,
             steps_per_eval=20,
             max_token_length=1024 * 15,
-            inference_weight=1.0,
             wandb_name="mcqa_deep_thinking",
             eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
             eval_limit_ratio=0.1,
         )
-        server_configs = local_server_config(DEFAULT_MODEL, 9004, num_max_requests_at_once=32)
-        return env_config, server_configs
 
     def _items(self, path: Optional[str], split: str) -> list[MCQAItem]:
         cfg = self.config

@@ -36,8 +36,8 @@ from typing import Any, Optional
 from PIL import Image, ImageDraw
 from pydantic import Field, field_validator
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
-from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, local_server_config, summary_line
+from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, LocalServerDefaults, summary_line
 from atroposlib.utils.replies import final_boxed_answer
 from atroposlib.utils.tokenize_for_trainer import tokenize_for_trainer
 
@@ -206,31 +206,24 @@ def score_reply(reply: str, answer: str) -> float:
     return 1.0 if boxed is not None and normalise_answer(boxed) == answer else 0.0
 
 
-class MultimodalCountingEnv(IterCheckpoint, EvalReporting, BaseEnv):
+class MultimodalCountingEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
     """Questions about generated pictures (see the module docstring)."""
 
     name = "multimodal_counting"
     env_config_cls = CountingEnvConfig
+    config: CountingEnvConfig
+    default_model = DEFAULT_MODEL
 
     def __init__(self, config: CountingEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: CountingEnvConfig
         self.iter = 0
 
     @classmethod
-    def config_init(cls) -> tuple[CountingEnvConfig, APIServerConfig]:
-        env_config = CountingEnvConfig(
+    def default_env_config(cls) -> CountingEnvConfig:
+        return CountingEnvConfig(
             group_size=8,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
-            total_steps=1000,
             batch_size=12,
-            steps_per_eval=100,
-            max_token_length=2048,
-            wandb_name="multimodal_counting",
         )
-        server = local_server_config(DEFAULT_MODEL, 9001)
-        return env_config, server
 
     async def setup(self) -> None:
         self.iter = 0

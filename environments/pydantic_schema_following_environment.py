@@ -35,9 +35,8 @@ from typing import Any, Optional
 import jsonschema
 from pydantic import BaseModel, Field, ValidationError
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.pydantic_source import UnsupportedSource, model_from_source
 from atroposlib.utils.replies import answer_section
@@ -163,33 +162,29 @@ class PydanticEnvConfig(SingleTurnEnvConfig):
     seed: int = Field(42, description="seed of the shuffle and the held-out split")
 
 
-class PydanticSchemaFollowingEnv(SingleTurnEnv):
+class PydanticSchemaFollowingEnv(LocalServerDefaults, SingleTurnEnv):
     """Rewards JSON replies that validate against each row's schema."""
 
     name = "pydantic_schema_following"
     env_config_cls = PydanticEnvConfig
+    config: PydanticEnvConfig
+    default_model = DEFAULT_MODEL
 
     def __init__(self, config: PydanticEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: PydanticEnvConfig
         self.train_items: list[SchemaItem] = []
         self.test_items: list[SchemaItem] = []
 
     @classmethod
-    def config_init(cls) -> tuple[PydanticEnvConfig, APIServerConfig]:
-        env_config = PydanticEnvConfig(
+    def default_env_config(cls) -> PydanticEnvConfig:
+        return PydanticEnvConfig(
             group_size=16,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
             total_steps=2000,
             batch_size=256,
             steps_per_eval=20,
             max_token_length=4096,
-            wandb_name="pydantic_schema_following",
             temperature=0.9,
         )
-        server_config = local_server_config(DEFAULT_MODEL, 9001)
-        return env_config, server_config
 
     def _items(self, path: Optional[str]) -> list[SchemaItem]:
         cfg = self.config

@@ -46,8 +46,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, Field, field_validator
 
-from atroposlib.envs.base import APIServerConfig
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
@@ -183,15 +182,16 @@ class GymItem:
         return self.entry["question"]
 
 
-class ReasoningGymEnv(SingleTurnEnv):
+class ReasoningGymEnv(LocalServerDefaults, SingleTurnEnv):
     """Rewards answers to reasoning-gym tasks with the task's own scorer, with optional curricula."""
 
     name = "reasoning_gym"
     env_config_cls = ReasoningGymEnvConfig
+    config: ReasoningGymEnvConfig
+    default_model = DEFAULT_MODEL
 
     def __init__(self, config: ReasoningGymEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: ReasoningGymEnvConfig
         self.specs = {spec.name: spec for spec in config.task_specs()}
         self._names = list(self.specs)
         self._weights = [spec.weight for spec in self.specs.values()]
@@ -203,20 +203,15 @@ class ReasoningGymEnv(SingleTurnEnv):
         self._datasets: OrderedDict[tuple, Any] = OrderedDict()
 
     @classmethod
-    def config_init(cls) -> tuple[ReasoningGymEnvConfig, APIServerConfig]:
-        env_config = ReasoningGymEnvConfig(
+    def default_env_config(cls) -> ReasoningGymEnvConfig:
+        return ReasoningGymEnvConfig(
             group_size=8,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
             total_steps=250,
             batch_size=256,
             steps_per_eval=25,
             max_token_length=8192,
-            wandb_name="reasoning_gym",
             eval_temperature=0.2,
         )
-        server_config = local_server_config(DEFAULT_MODEL, 9001)
-        return env_config, server_config
 
     # -- datasets and curricula -------------------------------------------------------------------------
     def _curriculum(self, task: str) -> Optional[Any]:

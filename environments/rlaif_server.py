@@ -42,9 +42,9 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, EvalHandlingEnum, ScoredDataGroup
+from atroposlib.envs.base import BaseEnv, BaseEnvConfig, EvalHandlingEnum, ScoredDataGroup
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
-from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, local_server_config
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, LocalServerDefaults
 from atroposlib.envs.server_handling.server_manager import ServerManager
 from atroposlib.utils.replies import final_boxed_answer
 
@@ -184,11 +184,15 @@ class RLAIFEnvConfig(BaseEnvConfig):
     eval_limit: Optional[int] = Field(None, ge=1, description="evaluate on at most this many items")
 
 
-class RLAIFEnv(IterCheckpoint, EvalReporting, BaseEnv):
+class RLAIFEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
     """Pairwise AI-judged preferences as rewards (see the module docstring)."""
 
     name = "rlaif"
     env_config_cls = RLAIFEnvConfig
+    config: RLAIFEnvConfig
+    default_model = DEFAULT_MODEL
+    default_server_port = 9004
+    default_server_settings = {"server_type": "vllm"}
     #: The CLI's extra-server namespace: ``--judge.*`` flags and the ``judge:`` YAML section.
     teacher_namespace = "judge"
 
@@ -205,7 +209,6 @@ class RLAIFEnv(IterCheckpoint, EvalReporting, BaseEnv):
         """``judge_server_configs`` (the CLI passes ``--judge.*`` as ``teacher_server_configs``): the judge's
         server(s); ``None`` judges with the policy's own servers."""
         super().__init__(config, server_configs, slurm, testing)
-        self.config: RLAIFEnvConfig
         judge = judge_server_configs if judge_server_configs is not None else teacher_server_configs
         self.judge = ServerManager(judge, slurm=False, testing=testing) if judge is not None else self.server
         self.train: list[ChatItem] = []
@@ -222,21 +225,15 @@ class RLAIFEnv(IterCheckpoint, EvalReporting, BaseEnv):
             await self.judge.close()
 
     @classmethod
-    def config_init(cls) -> tuple[RLAIFEnvConfig, APIServerConfig]:
-        env_config = RLAIFEnvConfig(
-            use_wandb=True,
+    def default_env_config(cls) -> RLAIFEnvConfig:
+        return RLAIFEnvConfig(
             max_num_workers=512 * 3 * 4,
-            rollout_server_url="http://localhost:8000",
-            total_steps=1000,
             batch_size=1024,
             steps_per_eval=10000,
             max_token_length=8192,
-            wandb_name="rlaif",
             eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
             eval_limit_ratio=0.1,
         )
-        server = local_server_config(DEFAULT_MODEL, 9004, server_type="vllm")
-        return env_config, server
 
     @classmethod
     def teacher_config_init(cls) -> None:

@@ -37,9 +37,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError, check_rows, hub_split, load_rows
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
@@ -164,34 +163,29 @@ class TextReversalEnvConfig(SingleTurnEnvConfig):
         return self
 
 
-class TextReversalEnv(SingleTurnEnv):
+class TextReversalEnv(LocalServerDefaults, SingleTurnEnv):
     """Rewards the exact character-by-character reversal of a text."""
 
     name = "text_reversal"
     env_config_cls = TextReversalEnvConfig
+    config: TextReversalEnvConfig
+    default_model = DEFAULT_MODEL
 
     def __init__(self, config: TextReversalEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: TextReversalEnvConfig
         self.train_items: list[ReversalItem] = []
         self.test_items: list[ReversalItem] = []
         self.train_words: list[str] = []
 
     @classmethod
-    def config_init(cls) -> tuple[TextReversalEnvConfig, APIServerConfig]:
-        env_config = TextReversalEnvConfig(
+    def default_env_config(cls) -> TextReversalEnvConfig:
+        return TextReversalEnvConfig(
             group_size=16,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
-            total_steps=1000,
             batch_size=256,
             steps_per_eval=25,
             max_token_length=4096,
-            wandb_name="text_reversal",
             eval_temperature=0.2,
         )
-        server_config = local_server_config(DEFAULT_MODEL, 9001)
-        return env_config, server_config
 
     # -- data -------------------------------------------------------------------------------------------
     def _rows(self, path: Optional[str], name: Optional[str]) -> list[ReversalItem]:

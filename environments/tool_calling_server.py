@@ -33,9 +33,8 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
-from atroposlib.envs.reporting import local_server_config, summary_line
+from atroposlib.envs.reporting import LocalServerDefaults, summary_line
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.tool_calls import ToolCall, ToolCallError, expected_tool_calls, reply_matches
 
@@ -140,20 +139,21 @@ def rows_to_items(rows: list[dict[str, Any]], source: str) -> list[ToolCallingIt
     return items
 
 
-class ToolCallingEnv(SingleTurnEnv):
+class ToolCallingEnv(LocalServerDefaults, SingleTurnEnv):
     """Rewards replies whose Hermes tool calls equal the expected ones; evaluates simple and parallel."""
 
     name = "tool_calling"
     env_config_cls = ToolCallingEnvConfig
+    config: ToolCallingEnvConfig
+    default_model = DEFAULT_MODEL
+    default_server_port = 9004
     # Right replies score in [0, 1] (1 unless shortened by the length preference), wrong ones -1.
     correct_threshold = 0.0
 
     @classmethod
-    def config_init(cls) -> tuple[ToolCallingEnvConfig, APIServerConfig]:
-        env_config = ToolCallingEnvConfig(
+    def default_env_config(cls) -> ToolCallingEnvConfig:
+        return ToolCallingEnvConfig(
             group_size=16,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
             total_steps=2000,
             batch_size=1024,
             steps_per_eval=25,
@@ -161,8 +161,6 @@ class ToolCallingEnv(SingleTurnEnv):
             wandb_name="toolcall_think",
             temperature=0.8,
         )
-        server_configs = local_server_config(DEFAULT_MODEL, 9004)
-        return env_config, server_configs
 
     def _hub(self, split: str):
         cfg = self.config

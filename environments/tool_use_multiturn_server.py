@@ -44,11 +44,11 @@ from typing import Any, Optional
 from math_verify import parse, verify
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig, EvalHandlingEnum
+from atroposlib.envs.base import EvalHandlingEnum
 from atroposlib.envs.data_loading import hub_split, load_rows
 from atroposlib.envs.episodes import END_DONE, Episode, Feedback
 from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.tools import Tool, ToolRegistry, registry, run_tool_calls, tool_schema
 from atroposlib.utils.math_checking import reply_extraction
 from atroposlib.utils.replies import final_boxed_answer
@@ -165,35 +165,32 @@ class ToolSession:
         return Feedback(messages=[message], reward=reward, info=info)
 
 
-class MultiTurnToolCallingEnv(MultiTurnEnv):
+class MultiTurnToolCallingEnv(LocalServerDefaults, MultiTurnEnv):
     """Questions answered with tools over several turns (see the module docstring)."""
 
     name = "multiturn_tool_use"
     env_config_cls = ToolUseEnvConfig
+    config: ToolUseEnvConfig
+    default_model = DEFAULT_MODEL
+    default_server_port = 9004
+    default_server_settings = {"server_type": "vllm", "num_max_requests_at_once": 32}
     #: Where tool names are looked up; subclasses may use their own registry.
     tool_registry: ToolRegistry = registry
 
     def __init__(self, config: ToolUseEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: ToolUseEnvConfig
         self.train: list[ToolUseItem] = []
         self.test: list[ToolUseItem] = []
         self.tools: dict[str, Tool] = {}
 
     @classmethod
-    def config_init(cls) -> tuple[ToolUseEnvConfig, APIServerConfig]:
-        env_config = ToolUseEnvConfig(
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
+    def default_env_config(cls) -> ToolUseEnvConfig:
+        return ToolUseEnvConfig(
             total_steps=2000,
             batch_size=1024,
-            steps_per_eval=100,
-            wandb_name="multiturn_tool_use",
             eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
             eval_limit_ratio=0.1,
         )
-        server = local_server_config(DEFAULT_MODEL, 9004, server_type="vllm", num_max_requests_at_once=32)
-        return env_config, server
 
     # -- tools ------------------------------------------------------------------------------------------
     def tool_options(self, name: str) -> dict[str, Any]:

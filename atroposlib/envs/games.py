@@ -27,10 +27,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.episodes import Episode, Feedback
 from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.utils.replies import answer_section
 from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
 from atroposlib.utils.tool_calls import ToolCallError, call_from_object, load_json
@@ -182,30 +181,21 @@ class GameSession:
         }
 
 
-class GameEnv(MultiTurnEnv):
-    """Seeded games played as episodes (see the module docstring)."""
+class GameEnv(LocalServerDefaults, MultiTurnEnv):
+    """Seeded games played as episodes (see the module docstring).
+
+    ``config_init()``: this game's ``env_config_cls`` with batches of 1024 sequences and a wandb run named
+    after the environment, and a vLLM server of :attr:`default_model` on localhost:9001.
+    """
 
     env_config_cls = GameEnvConfig
-    #: the model of :meth:`config_init`'s server default
+    config: GameEnvConfig
     default_model = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
-
-    def __init__(self, config: GameEnvConfig, server_configs, slurm=False, testing=False):
-        super().__init__(config, server_configs, slurm, testing)
-        self.config: GameEnvConfig
+    default_server_settings = {"server_type": "vllm"}
 
     @classmethod
-    def config_init(cls) -> tuple[GameEnvConfig, APIServerConfig]:
-        """This game's ``env_config_cls`` (1000 steps of 1024 sequences, evaluation every 100 steps, wandb
-        run named after the environment) and a vLLM server of :attr:`default_model` on localhost:9001."""
-        env_config = cls.env_config_cls(
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
-            total_steps=1000,
-            batch_size=1024,
-            steps_per_eval=100,
-            wandb_name=cls.name,
-        )
-        return env_config, local_server_config(cls.default_model, 9001, server_type="vllm")
+    def default_env_config(cls) -> GameEnvConfig:
+        return cls.env_config_cls(batch_size=1024)
 
     @abstractmethod
     async def make_session(self, seed: int) -> GameSession:

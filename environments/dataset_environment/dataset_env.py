@@ -31,9 +31,8 @@ from typing import Any, Optional, Union
 
 from pydantic import Field, field_validator
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import hub_split, load_rows
-from atroposlib.envs.reporting import local_server_config
+from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.reward_fns import CombinedReward, RewardFunction, registry
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers, final_boxed_answer
@@ -127,11 +126,13 @@ class DatasetEnvConfig(SingleTurnEnvConfig):
         return specs
 
 
-class DatasetEnv(SingleTurnEnv):
+class DatasetEnv(LocalServerDefaults, SingleTurnEnv):
     """Single-turn prompts from any dataset, scored by rewards from the registry."""
 
     name = "dataset"
     env_config_cls = DatasetEnvConfig
+    config: DatasetEnvConfig
+    default_model = DEFAULT_MODEL
 
     def __init__(self, config: DatasetEnvConfig, server_configs, slurm=False, testing=False):
         if not config.prompt_field:
@@ -139,26 +140,18 @@ class DatasetEnv(SingleTurnEnv):
         if not (config.dataset_name or config.dataset_path):
             raise ValueError("set env.dataset_name (hub) or env.dataset_path (local file)")
         super().__init__(config, server_configs, slurm, testing)
-        self.config: DatasetEnvConfig
         self.correct_threshold = config.eval_correct_threshold
         self.reward_function = build_reward(config.reward_functions)
         self.train_rows: list[dict[str, Any]] = []
         self.test_rows: list[dict[str, Any]] = []
 
     @classmethod
-    def config_init(cls) -> tuple[DatasetEnvConfig, APIServerConfig]:
-        env_config = DatasetEnvConfig(
+    def default_env_config(cls) -> DatasetEnvConfig:
+        return DatasetEnvConfig(
             group_size=8,
-            use_wandb=True,
-            rollout_server_url="http://localhost:8000",
-            total_steps=1000,
             batch_size=256,
-            steps_per_eval=100,
             max_token_length=4096,
-            wandb_name="dataset",
         )
-        server_config = local_server_config(DEFAULT_MODEL, 9001)
-        return env_config, server_config
 
     # -- data -------------------------------------------------------------------------------------------
     def _required(self) -> list[str]:
