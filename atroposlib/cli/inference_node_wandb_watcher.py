@@ -21,7 +21,7 @@ from typing import Any
 
 import requests
 
-from atroposlib.cli._tooling.client import ApiClient, AuthRejected, resolve_api_key
+from atroposlib.cli._tooling.client import ApiClient, AuthRejected, add_api_key_argument, resolve_api_key
 from atroposlib.cli._tooling.errors import ToolError, run_cli
 from atroposlib.cli._tooling.signals import stop_on_signals
 
@@ -44,9 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout", type=float, default=10.0, help="timeout of every HTTP request, in seconds"
     )
-    parser.add_argument(
-        "--api-key", default=None, help="bearer token for the API (default: $ATROPOS_API_KEY)"
-    )
+    add_api_key_argument(parser)
     return parser
 
 

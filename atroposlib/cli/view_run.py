@@ -25,6 +25,8 @@ from atroposlib.cli._tooling.client import (
     ApiClient,
     AuthRejected,
     Unreachable,
+    add_api_key_argument,
+    add_register_size_arguments,
     resolve_api_key,
 )
 from atroposlib.cli._tooling.errors import ToolError, run_cli
@@ -51,19 +53,14 @@ def build_parser(
     parser.add_argument(
         "--host", default="127.0.0.1", help="address the web page binds to (default loopback)"
     )
-    parser.add_argument(
-        "--group-size", type=int, default=2, help="only used for the batch size sent by --register"
-    )
-    parser.add_argument("--max-token-len", type=int, default=2048, help="only used by --register")
+    add_register_size_arguments(parser)
     parser.add_argument(
         "--tokenizer",
         default=default_tokenizer,
         help="tokenizer (hub name or local path) to decode tokens, loaded once; 'none' to show messages only",
     )
     parser.add_argument("--api-url", default=DEFAULT_API_URL, help="trajectory API to read")
-    parser.add_argument(
-        "--api-key", default=None, help="bearer token for the API (default: $ATROPOS_API_KEY)"
-    )
+    add_api_key_argument(parser)
     parser.add_argument(
         "--jsonl", default=None, metavar="PATH", help="show a `process` JSONL file instead of an API"
     )

@@ -10,6 +10,7 @@ Only :meth:`ApiClient.reset`, :meth:`ApiClient.register`, :meth:`ApiClient.get_b
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Any
 
@@ -36,6 +37,20 @@ class AuthRejected(ToolError):
 
 class TrainerNotRegistered(ToolError):
     """``GET /batch`` answered that no trainer has registered (nothing to consume)."""
+
+
+def add_api_key_argument(parser: argparse.ArgumentParser) -> None:
+    """``--api-key``: the bearer token, read through :func:`resolve_api_key`."""
+    parser.add_argument("--api-key", default=None, help=f"bearer token for the API (default: ${API_KEY_ENV})")
+
+
+def add_register_size_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--group-size`` and ``--max-token-len``: what a tool's ``--register`` sends to
+    :meth:`ApiClient.register` (the batch size is derived from the group size)."""
+    parser.add_argument(
+        "--group-size", type=int, default=2, help="only used for the batch size sent by --register"
+    )
+    parser.add_argument("--max-token-len", type=int, default=2048, help="only used by --register")
 
 
 def resolve_api_key(flag_value: str | None) -> str | None:

@@ -28,6 +28,8 @@ from atroposlib.cli._tooling.client import (
     AuthRejected,
     EndpointMissing,
     TrainerNotRegistered,
+    add_api_key_argument,
+    add_register_size_arguments,
     resolve_api_key,
 )
 from atroposlib.cli._tooling.errors import ToolError
@@ -52,13 +54,8 @@ GroupToRecords = Callable[[GroupRecord, GroupView, random.Random], list[dict[str
 def add_dataset_arguments(parser: argparse.ArgumentParser, *, default_min_diff: float) -> None:
     """The flags both generators share (the original's names and defaults, plus the new ones)."""
     parser.add_argument("--api-url", default=DEFAULT_API_URL, help="trajectory API to read from")
-    parser.add_argument(
-        "--api-key", default=None, help="bearer token for the API (default: $ATROPOS_API_KEY)"
-    )
-    parser.add_argument(
-        "--group-size", type=int, default=2, help="only used for the batch size sent by --register"
-    )
-    parser.add_argument("--max-token-len", type=int, default=2048, help="only used by --register")
+    add_api_key_argument(parser)
+    add_register_size_arguments(parser)
     parser.add_argument(
         "--tokenizer",
         default=DEFAULT_TOKENIZER,
