@@ -21,16 +21,15 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import time
-import uuid
 import warnings
 from typing import Any, Optional
 
-from openai.types.chat.chat_completion import ChatCompletion, ChatCompletionMessage, Choice
-from openai.types.completion import Completion, CompletionChoice
+from openai.types.chat.chat_completion import ChatCompletion
+from openai.types.completion import Completion
 from pydantic import BaseModel, PrivateAttr
 
 from atroposlib.envs.server_handling.logprob_parsing import normalize_finish_reason
+from atroposlib.envs.server_handling.responses import chat_completion_of, completion_of
 from atroposlib.envs.server_handling.server_baseline import APIServer, resolved_tokenizer_name
 
 logger = logging.getLogger(__name__)
@@ -375,8 +374,10 @@ class ManagedServer(_NodeTracking):
         if os.getenv("ATROPOS_DEBUG_REQUESTS", "0") == "1":
             logger.debug("managed chat prompt: %r", prompt[:600])
         results = await self._generate(prompt, kwargs, skip_special_tokens=not has_tools)
-        choices = []
-        for i, (text, finish, _node) in enumerate(results):
+        contents: list[Optional[str]] = []
+        finishes: list[str] = []
+        calls_per_choice: list[Optional[list[dict[str, Any]]]] = []
+        for text, finish, _node in results:
             content: Optional[str] = text
             tool_calls = None
             if has_tools and tool_choice != "none":
@@ -396,39 +397,24 @@ class ManagedServer(_NodeTracking):
                     ]
                 if finish != "length":
                     finish = parsed_finish if parsed else finish
-            choice = Choice(
-                finish_reason=finish,
-                index=i,
-                message=ChatCompletionMessage(role="assistant", content=content),
-            )
+            contents.append(content)
+            finishes.append(finish)
+            calls_per_choice.append(tool_calls)
+        response = chat_completion_of(contents, finishes, self.server.config.model_name)
+        for choice, tool_calls in zip(response.choices, calls_per_choice, strict=True):
             if tool_calls:
                 # Plain dicts, as atroposlib 0.4.0 attached them (env code indexes them as dicts).
                 choice.message.tool_calls = tool_calls
-            choices.append(choice)
-        return ChatCompletion(
-            id=str(uuid.uuid4()),
-            created=int(time.time()),
-            model=self.server.config.model_name,
-            object="chat.completion",
-            choices=choices,
-        )
+        return response
 
     async def completion(self, **kwargs) -> Completion:
         """Text completion through the token-level backend; returns an OpenAI ``Completion``."""
         kwargs = dict(kwargs)
         prompt = kwargs.pop("prompt", "") or ""
         results = await self._generate(str(prompt), kwargs, skip_special_tokens=True)
-        choices = [
-            CompletionChoice(finish_reason=finish, index=i, text=text)
-            for i, (text, finish, _n) in enumerate(results)
-        ]
-        return Completion(
-            id=str(uuid.uuid4()),
-            created=int(time.time()),
-            model=self.server.config.model_name,
-            object="text_completion",
-            choices=choices,
-        )
+        texts = [text for text, _finish, _node in results]
+        finishes = [finish for _text, finish, _node in results]
+        return completion_of(texts, finishes, self.server.config.model_name)
 
     def get_state(self) -> dict[str, Any]:
         """``{"nodes": [...]}`` (a copy), or in tree mode ``{"sequences", "tree"}`` (copies) plus ``"nodes"``."""

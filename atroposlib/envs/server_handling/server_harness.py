@@ -22,9 +22,10 @@ import copy
 from collections.abc import Callable
 from typing import Any, Literal, Optional, Union
 
-from openai.types.chat.chat_completion import ChatCompletion, ChatCompletionMessage, Choice
-from openai.types.completion import Completion, CompletionChoice
+from openai.types.chat.chat_completion import ChatCompletion
+from openai.types.completion import Completion
 
+from atroposlib.envs.server_handling.responses import chat_completion_of, completion_of
 from atroposlib.envs.server_handling.server_baseline import APIServer, APIServerConfig, ReasoningConfig
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
@@ -38,18 +39,8 @@ def create_chat_completion(
     finish_reason: Union[FinishReason, list[FinishReason]] = "stop",
 ) -> ChatCompletion:
     """A ``ChatCompletion`` with ``n`` assistant choices (``resp`` one text for all, or one per choice)."""
-    choices = [
-        Choice(
-            finish_reason=finish_reason if isinstance(finish_reason, str) else finish_reason[i],
-            index=i,
-            message=ChatCompletionMessage(
-                content=resp if isinstance(resp, str) else resp[i], role="assistant"
-            ),
-        )
-        for i in range(n)
-    ]
-    return ChatCompletion(
-        id="test_id", created=0, model="test_model", object="chat.completion", choices=choices
+    return chat_completion_of(
+        _per_choice(resp, n), _per_choice(finish_reason, n), "test_model", id="test_id", created=0
     )
 
 
@@ -59,15 +50,14 @@ def create_completion(
     finish_reason: Union[FinishReason, list[FinishReason]] = "stop",
 ) -> Completion:
     """A ``Completion`` with ``n`` choices (``resp`` one text for all, or one per choice)."""
-    choices = [
-        CompletionChoice(
-            finish_reason=finish_reason if isinstance(finish_reason, str) else finish_reason[i],
-            index=i,
-            text=resp if isinstance(resp, str) else resp[i],
-        )
-        for i in range(n)
-    ]
-    return Completion(id="test_id", created=0, model="test_model", object="text_completion", choices=choices)
+    return completion_of(
+        _per_choice(resp, n), _per_choice(finish_reason, n), "test_model", id="test_id", created=0
+    )
+
+
+def _per_choice(value: Union[str, list[str]], n: int) -> list[str]:
+    """``value`` for each of ``n`` choices: a string repeated, or the first ``n`` entries of a list."""
+    return [value if isinstance(value, str) else value[i] for i in range(n)]
 
 
 def harness_logprob(token_id: int, position: int) -> float:

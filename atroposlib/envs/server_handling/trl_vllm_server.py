@@ -11,15 +11,14 @@ Health: ``GET {base_url}/health/``.
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Any, Optional
 
-from openai.types.chat.chat_completion import ChatCompletion, ChatCompletionMessage, Choice
-from openai.types.completion import Completion, CompletionChoice
+from openai.types.chat.chat_completion import ChatCompletion
+from openai.types.completion import Completion
 
 from atroposlib.envs.server_handling.errors import BackendProtocolError
 from atroposlib.envs.server_handling.http import HTTPClient
+from atroposlib.envs.server_handling.responses import chat_completion_of, completion_of
 from atroposlib.envs.server_handling.server_baseline import (
     APIServer,
     APIServerConfig,
@@ -80,41 +79,16 @@ class TrlVllmServer(ConfigTokenizerMixin, APIServer):
 
     async def _chat_completion_wrapper(self, **kwargs) -> ChatCompletion:
         result = await self._generate(self._render_chat(kwargs.get("messages") or []), kwargs)
-        choices = [
-            Choice(
-                finish_reason=self._finish_reason(ids),
-                index=i,
-                message=ChatCompletionMessage(
-                    content=self.tokenizer.decode(ids, skip_special_tokens=True), role="assistant"
-                ),
-            )
-            for i, ids in enumerate(result["completion_ids"])
-        ]
-        return ChatCompletion(
-            id=str(uuid.uuid4()),
-            object="chat.completion",
-            created=int(time.time()),
-            model=self.config.model_name,
-            choices=choices,
-        )
+        return chat_completion_of(*self._texts_and_finish_reasons(result), self.config.model_name)
 
     async def _completion_wrapper(self, **kwargs) -> Completion:
         result = await self._generate(str(kwargs.get("prompt", "")), kwargs)
-        choices = [
-            CompletionChoice(
-                finish_reason=self._finish_reason(ids),
-                index=i,
-                text=self.tokenizer.decode(ids, skip_special_tokens=True),
-            )
-            for i, ids in enumerate(result["completion_ids"])
-        ]
-        return Completion(
-            id=str(uuid.uuid4()),
-            object="text_completion",
-            created=int(time.time()),
-            model=self.config.model_name,
-            choices=choices,
-        )
+        return completion_of(*self._texts_and_finish_reasons(result), self.config.model_name)
+
+    def _texts_and_finish_reasons(self, result: dict[str, Any]) -> tuple[list[str], list[str]]:
+        ids_per_choice = result["completion_ids"]
+        texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in ids_per_choice]
+        return texts, [self._finish_reason(ids) for ids in ids_per_choice]
 
     async def _tokens_and_logprobs_completion_wrapper(self, **kwargs) -> tuple[list, list, list, list]:
         input_ids = kwargs.get("input_ids")
