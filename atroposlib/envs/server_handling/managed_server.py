@@ -22,6 +22,8 @@ import itertools
 import logging
 import os
 import warnings
+from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
 from typing import Any, Optional
 
 from openai.types.chat.chat_completion import ChatCompletion
@@ -494,6 +496,16 @@ class DummyManagedServer(_NodeTracking):
         )
 
 
+class _CreateEndpoint:
+    """One endpoint of an OpenAI-style client: ``await create(**kwargs)`` calls ``method(**kwargs)``."""
+
+    def __init__(self, method: Callable[..., Awaitable[Any]]):
+        self._method = method
+
+    async def create(self, **kwargs: Any) -> Any:
+        return await self._method(**kwargs)
+
+
 class ManagedServerAdapter:
     """Make a ``ManagedServer`` look like ``openai.AsyncOpenAI`` (``chat.completions.create``,
     ``completions.create``, ``base_url``) for libraries that expect a client."""
@@ -501,27 +513,8 @@ class ManagedServerAdapter:
     def __init__(self, managed_server: ManagedServer, base_url: str):
         self._managed = managed_server
         self.base_url = base_url
-        self.chat = self._ChatNamespace(managed_server)
-        self.completions = self._CompletionsNamespace(managed_server)
-
-    class _ChatCompletionsNamespace:
-        def __init__(self, managed: ManagedServer):
-            self._managed = managed
-
-        async def create(self, **kwargs):
-            return await self._managed.chat_completion(**kwargs)
-
-    class _ChatNamespace:
-        def __init__(self, managed: ManagedServer):
-            self._managed = managed
-            self.completions = ManagedServerAdapter._ChatCompletionsNamespace(managed)
-
-    class _CompletionsNamespace:
-        def __init__(self, managed: ManagedServer):
-            self._managed = managed
-
-        async def create(self, **kwargs):
-            return await self._managed.completion(**kwargs)
+        self.chat = SimpleNamespace(completions=_CreateEndpoint(managed_server.chat_completion))
+        self.completions = _CreateEndpoint(managed_server.completion)
 
     async def post(self, path: str, body: dict, cast_to: type):
         raise NotImplementedError(
