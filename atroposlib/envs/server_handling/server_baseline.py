@@ -38,7 +38,7 @@ from atroposlib.envs.server_handling.errors import (
     is_connection_failure,
     is_retryable,
 )
-from atroposlib.envs.server_handling.weighted_semaphore import AsyncSemWithAdaptiveWeight
+from atroposlib.envs.server_handling.weighted_semaphore import AsyncSemWithAdaptiveWeight, Listeners
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ class APIServer(ABC):
         self.failed_requests = 0
         self.check_task: Optional[asyncio.Task] = None
         self.initialized = False
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners = Listeners()
         self._recheck: Optional[asyncio.Event] = None
         self._warned_model_override = False
         #: ``time.monotonic()`` when the server stopped answering; None while healthy.
@@ -263,7 +263,7 @@ class APIServer(ABC):
                 logger.info(
                     "inference server %s is answering again (after %.0f s)", self._describe(), down_for
                 )
-            self._notify()
+            self._listeners.notify()
 
     def _what_to_check(self) -> str:
         return "Check that it is running and reachable at this base_url (--openai.base_url)."
@@ -294,21 +294,14 @@ class APIServer(ABC):
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` on health changes and on every semaphore release/weight change."""
-        self._listeners.append(callback)
+        self._listeners.add(callback)
         self.sem.add_listener(callback)
         self.eval_sem.add_listener(callback)
 
     def remove_listener(self, callback: Callable[[], None]) -> None:
-        try:
-            self._listeners.remove(callback)
-        except ValueError:
-            pass
+        self._listeners.discard(callback)
         self.sem.remove_listener(callback)
         self.eval_sem.remove_listener(callback)
-
-    def _notify(self) -> None:
-        for callback in list(self._listeners):
-            callback()
 
     def _health_checks_enabled(self) -> bool:
         return (
@@ -382,7 +375,7 @@ class APIServer(ABC):
             return
         loop = asyncio.get_running_loop()
         changed = asyncio.Event()
-        self._listeners.append(changed.set)
+        self._listeners.add(changed.set)
         try:
             while True:
                 changed.clear()
@@ -398,10 +391,7 @@ class APIServer(ABC):
                 except asyncio.TimeoutError:
                     pass
         finally:
-            try:
-                self._listeners.remove(changed.set)
-            except ValueError:
-                pass
+            self._listeners.discard(changed.set)
 
     # -- weights and metrics ---------------------------------------------------------------------
     async def update_weight(self, weight: float) -> None:

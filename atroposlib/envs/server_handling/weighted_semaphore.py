@@ -8,7 +8,28 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import Callable
+
+
+class Listeners:
+    """Zero-argument callbacks to call on a change (lets ``ServerManager`` wait without polling)."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[], None]] = []
+
+    def add(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+
+    def discard(self, callback: Callable[[], None]) -> None:
+        """Remove one registration of ``callback``; one that is not registered is ignored."""
+        with contextlib.suppress(ValueError):
+            self._callbacks.remove(callback)
+
+    def notify(self) -> None:
+        """Call every callback (a callback may add or remove listeners while this runs)."""
+        for callback in list(self._callbacks):
+            callback()
 
 
 class AsyncSemWithAdaptiveWeight:
@@ -32,7 +53,7 @@ class AsyncSemWithAdaptiveWeight:
         self.weight = 1.0
         self._in_use = 0
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners = Listeners()
 
     # -- state -----------------------------------------------------------------------------------
     def min_val(self) -> float:
@@ -73,7 +94,7 @@ class AsyncSemWithAdaptiveWeight:
         """Set the share (clamped to [0, 1]) and wake waiters that now fit."""
         self.weight = min(1.0, max(0.0, float(weight)))
         self._wake()
-        self._notify()
+        self._listeners.notify()
 
     # -- acquire / release -----------------------------------------------------------------------
     async def acquire(self) -> bool:
@@ -95,7 +116,7 @@ class AsyncSemWithAdaptiveWeight:
                 except ValueError:
                     pass
             self._wake()
-            self._notify()
+            self._listeners.notify()
             raise
         return True
 
@@ -105,7 +126,7 @@ class AsyncSemWithAdaptiveWeight:
             raise ValueError("AsyncSemWithAdaptiveWeight released more times than acquired")
         self._in_use -= 1
         self._wake()
-        self._notify()
+        self._listeners.notify()
 
     def _wake(self) -> None:
         # Slots are handed over directly to waiters (counted at grant time), so a coroutine that
@@ -126,17 +147,10 @@ class AsyncSemWithAdaptiveWeight:
     # -- change notification (used by ServerManager to wait without polling) ----------------------
     def add_listener(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` whenever a slot is released or the weight changes."""
-        self._listeners.append(callback)
+        self._listeners.add(callback)
 
     def remove_listener(self, callback: Callable[[], None]) -> None:
-        try:
-            self._listeners.remove(callback)
-        except ValueError:
-            pass
-
-    def _notify(self) -> None:
-        for callback in list(self._listeners):
-            callback()
+        self._listeners.discard(callback)
 
     def __repr__(self) -> str:
         return (
@@ -145,4 +159,4 @@ class AsyncSemWithAdaptiveWeight:
         )
 
 
-__all__ = ["AsyncSemWithAdaptiveWeight"]
+__all__ = ["AsyncSemWithAdaptiveWeight", "Listeners"]
