@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from atroposlib.testing.scripted_server import launch_scripted_server
-from tests.helpers.cli_runs import read_jsonl, run_env, scripted_flags
+from tests.helpers.cli_runs import read_jsonl
+from tests.helpers.single_turn_runs import run_scripted
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "first-environment.md"
@@ -71,20 +71,11 @@ def test_score_reply(reply, score):
 def test_process_writes_scored_groups(tmp_path, tiny_model_dir):
     answers = load(EXAMPLE.with_name("capitals_answers.py"), "capitals_answers")
     out = tmp_path / "runs" / "capitals.jsonl"
-    with launch_scripted_server(respond=answers.respond, tokenizer=tiny_model_dir) as server:
-        result = run_env(
-            EXAMPLE,
-            [
-                "process",
-                *scripted_flags(server.base_url, tiny_model_dir),
-                "--env.total_steps", "3",
-                "--env.data_path_to_save_groups", out,
-            ],
-            cwd=tmp_path,
-        )  # fmt: skip
-        paths = {r["path"] for r in server.requests}
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert paths == {"/v1/chat/completions"}
+    args = ["--env.total_steps", "3", "--env.data_path_to_save_groups", out]
+    requests = run_scripted(
+        EXAMPLE, "process", args, answers.respond, tiny_model_dir, tmp_path, server_type=None
+    )
+    assert {r["path"] for r in requests} == {"/v1/chat/completions"}
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     rows = [json.loads(line) for line in DATA.read_text().splitlines()]
     groups = read_jsonl(out)
@@ -106,17 +97,8 @@ def test_process_writes_scored_groups(tmp_path, tiny_model_dir):
 def test_evaluate_scores_the_held_out_rows(tmp_path, tiny_model_dir):
     answers = load(EXAMPLE.with_name("capitals_answers.py"), "capitals_answers")
     evals = tmp_path / "evals"
-    with launch_scripted_server(respond=answers.respond, tokenizer=tiny_model_dir) as server:
-        result = run_env(
-            EXAMPLE,
-            [
-                "evaluate",
-                *scripted_flags(server.base_url, tiny_model_dir),
-                "--env.data_dir_to_save_evals", evals,
-            ],
-            cwd=tmp_path,
-        )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
+    args = ["--env.data_dir_to_save_evals", evals]
+    run_scripted(EXAMPLE, "evaluate", args, answers.respond, tiny_model_dir, tmp_path, server_type=None)
     metrics = json.loads((evals / "metrics.json").read_text())
     assert metrics["results"]["all"] == {"eval/percent_correct": 1.0}
     held_out = [json.loads(line)["country"] for line in DATA.read_text().splitlines()[-4:]]

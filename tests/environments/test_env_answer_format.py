@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 from pydantic import ValidationError
 
-from atroposlib.envs.data_loading import DatasetError
 from environments.answer_format_environment import (
     FORMATS,
     AnswerFormatEnv,
@@ -20,12 +18,13 @@ from environments.answer_format_environment import (
 )
 from tests.helpers.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, read_jsonl
 from tests.helpers.single_turn_runs import (
-    OFFLINE,
-    check_group,
+    check_groups,
     evaluate_metrics,
     offline_env,
     process_groups,
     prompt_text,
+    setup_failure,
+    write_jsonl,
 )
 
 ALL = list(FORMATS)
@@ -129,20 +128,12 @@ async def test_items_draw_formats_deterministically(tiny_model_dir):
     assert env.prompt_messages(item)[1]["content"] == item.prompt
 
 
-async def test_bad_local_files_and_hub_default(tiny_model_dir, tmp_path, monkeypatch):
-    path = tmp_path / "rows.jsonl"
-    path.write_text(
-        json.dumps({"question": "q", "answer": "#### 1"}) + "\n" + json.dumps({"question": "r"}) + "\n"
-    )
-    with pytest.raises(DatasetError, match="row 1: missing field 'answer'"):
-        await _env(tiny_model_dir, dataset_path=str(path)).setup()
-    path.write_text("")
-    with pytest.raises(DatasetError, match="no rows"):
-        await _env(tiny_model_dir, dataset_path=str(path)).setup()
-    for key, value in OFFLINE.items():
-        monkeypatch.setenv(key, value)
-    with pytest.raises(DatasetError, match=r"gsm8k \(train\): cannot load from the hub"):
-        await _env(tiny_model_dir).setup()
+async def test_bad_local_files_and_hub_default(tiny_model_dir, tmp_path, hub_offline):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"question": "q", "answer": "#### 1"}, {"question": "r"}])
+    await setup_failure(_env(tiny_model_dir, dataset_path=path), "row 1: missing field 'answer'")
+    write_jsonl(tmp_path / "rows.jsonl", [])
+    await setup_failure(_env(tiny_model_dir, dataset_path=path), "no rows")
+    await setup_failure(_env(tiny_model_dir), r"gsm8k \(train\): cannot load from the hub")
 
 
 INSTRUCTION_TO_FORMAT = {f.instruction: name for name, f in FORMATS.items()}
@@ -171,17 +162,15 @@ def _responder():
 def test_process_with_a_local_file(tmp_path, tiny_model_dir):
     groups = process_groups(
         ENVIRONMENTS / "answer_format_environment.py",
-        ["process", "--env.dataset_path", GSM8K_SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
+        ["--env.dataset_path", GSM8K_SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
          "--env.max_tokens", "96", "--env.check_answer", "true"],
         _responder(),
         tiny_model_dir,
         tmp_path,
         "answer_format",
     )  # fmt: skip
-    assert len(groups) == 3
+    check_groups(groups, 3, [0.0, 1.0])
     for group in groups:
-        check_group(group, 2)
-        assert sorted(group["scores"]) == [0.0, 1.0]
         assert re.search(r"Give your final answer .*exactly once", group["messages"][0][1]["content"])
 
 

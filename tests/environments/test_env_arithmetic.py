@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import yaml
 from pydantic import ValidationError
 
-from atroposlib.envs.cli import run_cli
-from atroposlib.testing.scripted_server import launch_scripted_server, scripted_logprob
+from atroposlib.testing.scripted_server import scripted_logprob
 from environments.arithmetic_server import (
     ArithmeticEnv,
     ArithmeticEnvConfig,
@@ -18,7 +15,8 @@ from environments.arithmetic_server import (
     score_completion,
     sft_examples,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, arithmetic_responder, read_jsonl, run_env, scripted_flags
+from tests.helpers.cli_runs import ENVIRONMENTS, arithmetic_responder, read_jsonl
+from tests.helpers.single_turn_runs import run_evaluate, run_scripted
 
 
 # ------------------------------------------------------------------------------------------------ task
@@ -106,21 +104,17 @@ def test_sft_examples_come_from_the_training_split():
 # ------------------------------------------------------------------------------------- through the CLI
 def test_process_writes_scored_groups_and_html(tmp_path, tiny_model_dir):
     out = tmp_path / "groups" / "arith.jsonl"
-    with launch_scripted_server(respond=arithmetic_responder(), tokenizer=tiny_model_dir) as server:
-        result = run_env(
-            ENVIRONMENTS / "arithmetic_server.py",
-            [
-                "process",
-                *scripted_flags(server.base_url, tiny_model_dir),
-                "--env.total_steps", "3",
-                "--env.group_size", "4",
-                "--env.data_path_to_save_groups", out,
-            ],
-            cwd=tmp_path,
-        )  # fmt: skip
-        paths = {r["path"] for r in server.requests}
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert paths == {"/generate"}  # server_type vllm from config_init: token-level generation
+    requests = run_scripted(
+        ENVIRONMENTS / "arithmetic_server.py",
+        "process",
+        ["--env.total_steps", "3", "--env.group_size", "4", "--env.data_path_to_save_groups", out],
+        arithmetic_responder(),
+        tiny_model_dir,
+        tmp_path,
+        server_type=None,
+    )
+    # server_type vllm from config_init: token-level generation
+    assert {r["path"] for r in requests} == {"/generate"}
     groups = read_jsonl(out)
     assert len(groups) == 3
     questions = []
@@ -149,33 +143,26 @@ def test_process_writes_scored_groups_and_html(tmp_path, tiny_model_dir):
 
 
 def test_evaluate_reports_held_out_accuracy(tmp_path, tiny_model_dir):
-    evals = tmp_path / "evals"
-    with launch_scripted_server(respond=arithmetic_responder(), tokenizer=tiny_model_dir) as server:
-        with pytest.raises(SystemExit) as exited:
-            run_cli(
-                ArithmeticEnv,
-                [
-                    "evaluate",
-                    *scripted_flags(server.base_url, tiny_model_dir),
-                    "--openai.api_key", "sk-secret-value",
-                    "--env.eval_size", "6",
-                    "--env.data_dir_to_save_evals", str(evals),
-                ],
-            )  # fmt: skip
-        eval_requests = [r for r in server.requests if r["path"] == "/v1/chat/completions"]
-    assert exited.value.code == 0
+    evaluation = run_evaluate(
+        ArithmeticEnv,
+        ["--openai.api_key", "sk-secret-value", "--env.eval_size", "6"],
+        arithmetic_responder(),
+        tiny_model_dir,
+        tmp_path,
+        server_type=None,
+    )
+    eval_requests = [r for r in evaluation.requests if r["path"] == "/v1/chat/completions"]
     assert len(eval_requests) == 6
     assert all(r["body"]["temperature"] == 0.0 for r in eval_requests)
-    metrics = json.loads((evals / "metrics.json").read_text())
-    assert metrics["results"]["all"]["eval/percent_correct"] == 1.0
-    assert "atropos|arithmetic_eval|0" in metrics["results"]
-    samples = read_jsonl(evals / "samples.jsonl")
+    assert evaluation.metrics["eval/percent_correct"] == 1.0
+    assert "atropos|arithmetic_eval|0" in evaluation.report["results"]
+    samples = evaluation.samples
     assert len(samples) == 6 and all(s["correct"] for s in samples)
     held_out = {p.question for p in ArithmeticTask(eval_size=6).eval_problems}
     assert {s["question"] for s in samples} == held_out
-    written = yaml.safe_load((evals / "evaluate_config.yaml").read_text())
+    written = yaml.safe_load((evaluation.directory / "evaluate_config.yaml").read_text())
     assert set(written) == {"env", "openai", "slurm", "testing"}
     assert written["env"]["eval_size"] == 6
-    assert written["openai"][0]["base_url"] == server.base_url
+    assert written["openai"][0]["base_url"] == evaluation.server_url
     assert written["openai"][0]["api_key"] == "<redacted>"
     assert written["slurm"] is False and written["testing"] is False

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import gymnasium as gym
 import pytest
 from transformers import AutoTokenizer
 
 from atroposlib.envs.base import APIServerConfig
-from atroposlib.envs.cli import run_cli
 from atroposlib.testing.scripted_server import launch_scripted_server
 from environments.game_environments.blackjack_env import (
     BlackjackEnv,
@@ -17,8 +14,9 @@ from environments.game_environments.blackjack_env import (
     BlackjackSession,
     describe_hand,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, read_jsonl, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, read_jsonl
 from tests.helpers.multi_turn_runs import episode_responder, take_action
+from tests.helpers.single_turn_runs import run_evaluate, run_scripted
 
 SCRIPT = ENVIRONMENTS / "game_environments" / "blackjack_env.py"
 
@@ -106,33 +104,14 @@ async def test_episodes_train_only_the_replies_and_stop_at_the_turn_limit(tiny_m
     assert "Your cards" not in trained and "dealer" not in trained
 
 
-def _process_args(base_url, tiny_model_dir, *extra):
-    return [
-        "process",
-        "--env.tokenizer_name", tiny_model_dir,
-        "--openai.base_url", base_url,
-        "--openai.model_name", "scripted-model",
-        "--env.use_wandb", "false",
-        "--env.group_size", "4",
-        "--env.total_steps", "2",
-        "--env.max_tokens_per_turn", "64",
-        "--env.max_token_length", "4096",
-        *extra,
-    ]  # fmt: skip
-
-
 def test_process_writes_token_exact_groups(tmp_path, tiny_model_dir):
     # Every other episode answers with a move blackjack does not have (penalty -5), the rest stick.
     respond = episode_responder([["I fold."], [take_action("stick")]])
-    with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
-        result = run_env(
-            SCRIPT,
-            _process_args(server.base_url, tiny_model_dir, "--env.invalid_action_penalty", "-5"),
-            cwd=tmp_path,
-        )
-        paths = {r["path"] for r in server.requests}
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert paths == {"/generate"}  # token-level route through ManagedServer (vllm is config_init's type)
+    args = ["--env.group_size", "4", "--env.total_steps", "2", "--env.max_tokens_per_turn", "64",
+            "--env.max_token_length", "4096", "--env.invalid_action_penalty", "-5"]  # fmt: skip
+    requests = run_scripted(SCRIPT, "process", args, respond, tiny_model_dir, tmp_path, server_type=None)
+    # token-level route through ManagedServer (vllm is config_init's type)
+    assert {r["path"] for r in requests} == {"/generate"}
     groups = read_jsonl(tmp_path / "data" / "blackjack.jsonl")
     assert len(groups) == 2
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
@@ -152,27 +131,15 @@ def test_process_writes_token_exact_groups(tmp_path, tiny_model_dir):
 
 
 def test_evaluate_reports_the_win_rate(tmp_path, tiny_model_dir):
-    evals = tmp_path / "evals"
-    with launch_scripted_server(
-        respond=episode_responder([[take_action("stick")]]), tokenizer=tiny_model_dir
-    ) as s:
-        with pytest.raises(SystemExit) as exited:
-            run_cli(
-                BlackjackEnv,
-                [
-                    "evaluate",
-                    "--env.tokenizer_name", str(tiny_model_dir),
-                    "--env.use_wandb", "false",
-                    "--env.eval_episodes", "6",
-                    "--env.max_tokens_per_turn", "64",
-                    "--env.data_dir_to_save_evals", str(evals),
-                    "--openai.base_url", s.base_url,
-                    "--openai.model_name", "scripted-model",
-                ],
-            )  # fmt: skip
-    assert exited.value.code == 0
-    results = json.loads((evals / "metrics.json").read_text())["results"]["all"]
-    samples = read_jsonl(evals / "samples.jsonl")
+    evaluation = run_evaluate(
+        BlackjackEnv,
+        ["--env.eval_episodes", "6", "--env.max_tokens_per_turn", "64"],
+        episode_responder([[take_action("stick")]]),
+        tiny_model_dir,
+        tmp_path,
+        server_type=None,
+    )
+    results, samples = evaluation.metrics, evaluation.samples
     assert len(samples) == 6 and all(s["turns"] == 1 and s["moves"] == ["stick"] for s in samples)
     assert {s["seed"] for s in samples} == set(range(1_000_000, 1_000_006))
     wins = sum(s["score"] > 0 for s in samples)

@@ -22,7 +22,7 @@ from environments.code_execution_server import (
 )
 from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
 from tests.helpers.single_turn_runs import (
-    check_group,
+    check_groups,
     evaluate_metrics,
     offline_env,
     process_groups,
@@ -75,15 +75,10 @@ def key_of(text: str) -> str:
     return next(key for key in RIGHT if key in text)
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir(tiny_model_dir):
-    return tiny_model_dir
-
-
-def make_env(tokenizer_dir, **overrides) -> CodingEnv:
+def make_env(tiny_model_dir, **overrides) -> CodingEnv:
     return offline_env(
         CodingEnv,
-        tokenizer_dir,
+        tiny_model_dir,
         **{
             "group_size": 4,
             "dataset_path": str(MBPP),
@@ -96,11 +91,11 @@ def make_env(tokenizer_dir, **overrides) -> CodingEnv:
 
 
 @pytest.fixture(scope="module")
-def problems(tokenizer_dir) -> dict[str, CodeProblem]:
+def problems(tiny_model_dir) -> dict[str, CodeProblem]:
     """Every fixture problem by its key in RIGHT, from an env set up on each fixture."""
     found = {}
     for path in (MBPP, HUMANEVAL, STDIO):
-        env = make_env(tokenizer_dir, dataset_path=str(path), eval_dataset_path=str(path))
+        env = make_env(tiny_model_dir, dataset_path=str(path), eval_dataset_path=str(path))
         asyncio.run(env.setup())
         for problem in env.train:
             found[key_of(problem.statement)] = problem
@@ -108,8 +103,8 @@ def problems(tokenizer_dir) -> dict[str, CodeProblem]:
 
 
 @pytest.fixture(scope="module")
-def env(tokenizer_dir) -> CodingEnv:
-    env = make_env(tokenizer_dir, eval_dataset_path=str(HUMANEVAL))
+def env(tiny_model_dir) -> CodingEnv:
+    env = make_env(tiny_model_dir, eval_dataset_path=str(HUMANEVAL))
     asyncio.run(env.setup())
     return env
 
@@ -133,14 +128,14 @@ async def test_the_three_schemas_are_read_from_their_fields(problems):
     assert len(problems["Print the longest word"].cases) == 3
 
 
-async def test_default_evaluation_set_is_humaneval_from_the_package(tokenizer_dir):
-    env = make_env(tokenizer_dir)
+async def test_default_evaluation_set_is_humaneval_from_the_package(tiny_model_dir):
+    env = make_env(tiny_model_dir)
     await env.setup()
     assert len(env.test) == len(humaneval_rows()) == 164
     assert env.test[0].task_id == "HumanEval/0" and env.test[0].kind == "function"
 
 
-async def test_default_training_set_is_code_contests_from_the_hub(tokenizer_dir, monkeypatch):
+async def test_default_training_set_is_code_contests_from_the_hub(tiny_model_dir, monkeypatch):
     calls = []
 
     def fake_load_dataset(name, config=None, split=None, **kwargs):
@@ -148,7 +143,7 @@ async def test_default_training_set_is_code_contests_from_the_hub(tokenizer_dir,
         return read_jsonl(STDIO)
 
     monkeypatch.setattr("datasets.load_dataset", fake_load_dataset)
-    env = make_env(tokenizer_dir, dataset_path=None)
+    env = make_env(tiny_model_dir, dataset_path=None)
     await env.setup()
     assert calls == [("deepmind/code_contests", None, "train")]
     assert {p.kind for p in env.train} == {"stdio"}
@@ -167,25 +162,25 @@ async def test_default_training_set_is_code_contests_from_the_hub(tokenizer_dir,
         ),
     ],
 )
-async def test_bad_rows_name_the_file_row_and_field(tokenizer_dir, tmp_path, rows, message):
+async def test_bad_rows_name_the_file_row_and_field(tiny_model_dir, tmp_path, rows, message):
     path = tmp_path / "bad.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    env = make_env(tokenizer_dir, dataset_path=str(path), eval_dataset_path=str(HUMANEVAL))
+    env = make_env(tiny_model_dir, dataset_path=str(path), eval_dataset_path=str(HUMANEVAL))
     with pytest.raises(DatasetError, match=message):
         await env.setup()
 
 
-async def test_setup_stops_when_the_sandbox_cannot_run(tokenizer_dir, monkeypatch, tmp_path):
+async def test_setup_stops_when_the_sandbox_cannot_run(tiny_model_dir, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    env = make_env(tokenizer_dir)
+    env = make_env(tiny_model_dir)
     with pytest.raises(SandboxError, match="code execution needs the sandbox.*bwrap"):
         await env.setup()
 
 
-def test_process_reports_a_missing_sandbox_in_one_line(tmp_path, tokenizer_dir):
+def test_process_reports_a_missing_sandbox_in_one_line(tmp_path, tiny_model_dir):
     result = run_env(
         ENVIRONMENTS / "code_execution_server.py",
-        ["process", "--env.dataset_path", MBPP, "--env.tokenizer_name", tokenizer_dir,
+        ["process", "--env.dataset_path", MBPP, "--env.tokenizer_name", tiny_model_dir,
          "--env.use_wandb", "false",
          "--openai.base_url", "http://127.0.0.1:9/v1", "--openai.model_name", "m"],
         cwd=tmp_path,
@@ -232,8 +227,8 @@ async def test_no_code_block_scores_zero(env, problems):
     assert (await env.judge(unclosed, problems["area of a circle"])).failure == "no python code block"
 
 
-async def test_partial_credit_rewards_the_fraction_passed(tokenizer_dir, problems):
-    env = make_env(tokenizer_dir, partial_credit=True, eval_dataset_path=str(HUMANEVAL))
+async def test_partial_credit_rewards_the_fraction_passed(tiny_model_dir, problems):
+    env = make_env(tiny_model_dir, partial_credit=True, eval_dataset_path=str(HUMANEVAL))
     await env.setup()
     half_right = "def reverse_words(s):\n    return s\n"  # right only for the one-word test
     verdict = await env.judge(reply(half_right), problems["words of a sentence in reverse order"])
@@ -356,17 +351,15 @@ def mixed_responder(prompt: Any, index: int) -> str:
 
 
 @pytest.mark.parametrize(("path", "count"), [(MBPP, 3), (HUMANEVAL, 2), (STDIO, 2)])
-def test_process_with_the_local_fixtures(tmp_path, tokenizer_dir, path, count):
-    args = ["process", "--env.dataset_path", path, "--env.eval_dataset_path", path, "--env.group_size", 4]
+def test_process_with_the_local_fixtures(tmp_path, tiny_model_dir, path, count):
+    args = ["--env.dataset_path", path, "--env.eval_dataset_path", path, "--env.group_size", 4]
     args += ["--env.total_steps", count, "--env.max_token_length", 2048, "--env.seconds_per_test", 3]
     groups = process_groups(
-        ENVIRONMENTS / "code_execution_server.py", args, mixed_responder, tokenizer_dir, tmp_path, "coding"
+        ENVIRONMENTS / "code_execution_server.py", args, mixed_responder, tiny_model_dir, tmp_path, "coding"
     )
-    assert len(groups) == count
+    check_groups(groups, count, [0.0, 0.0, 1.0, 1.0])
     seen = set()
     for group in groups:
-        check_group(group, 4)
-        assert sorted(group["scores"]) == [0.0, 0.0, 1.0, 1.0]
         for messages, score, override in zip(
             group["messages"], group["scores"], group["overrides"], strict=True
         ):
@@ -396,10 +389,10 @@ def humaneval_responder(prompt: Any, index: int) -> str:
     return reply("def nothing():\n    return None\n")
 
 
-def test_evaluate_reports_pass_at_1_on_humaneval_offline(tmp_path, tokenizer_dir, capsys):
+def test_evaluate_reports_pass_at_1_on_humaneval_offline(tmp_path, tiny_model_dir, capsys):
     args = ["--env.dataset_path", MBPP, "--env.eval_limit", 4, "--env.max_token_length", 2048]
     metrics, samples, printed = evaluate_metrics(
-        CodingEnv, args, humaneval_responder, tokenizer_dir, tmp_path, capsys
+        CodingEnv, args, humaneval_responder, tiny_model_dir, tmp_path, capsys
     )
     assert metrics["eval/pass@1"] == 0.75 and metrics["eval/percent_correct"] == 0.75
     assert [s["task_id"] for s in samples] == [f"HumanEval/{i}" for i in range(4)]
@@ -408,11 +401,11 @@ def test_evaluate_reports_pass_at_1_on_humaneval_offline(tmp_path, tokenizer_dir
     assert "percent_correct=0.7500" in printed
 
 
-def test_evaluate_on_a_local_file(tmp_path, tokenizer_dir, capsys):
+def test_evaluate_on_a_local_file(tmp_path, tiny_model_dir, capsys):
     def respond(prompt: Any, index: int) -> str:
         key = key_of(prompt_text(prompt))
         return reply(RIGHT[key] if key == "For every pair print a + b" else WRONG[key])
 
     args = ["--env.dataset_path", MBPP, "--env.eval_dataset_path", STDIO, "--env.max_token_length", 2048]
-    metrics, samples, _ = evaluate_metrics(CodingEnv, args, respond, tokenizer_dir, tmp_path, capsys)
+    metrics, samples, _ = evaluate_metrics(CodingEnv, args, respond, tiny_model_dir, tmp_path, capsys)
     assert metrics["eval/pass@1"] == 0.5 and len(samples) == 2

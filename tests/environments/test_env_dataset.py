@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import yaml
 from pydantic import ValidationError
 
 from atroposlib.envs.base import APIServerConfig
-from atroposlib.envs.data_loading import DatasetError
 from atroposlib.envs.reward_fns import registry
 from environments.dataset_environment.dataset_env import DatasetEnv, DatasetEnvConfig, reply_form_ok
 from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, GSM8K_SAMPLE, gsm8k_responder, read_jsonl, run_env
 from tests.helpers.single_turn_runs import (
-    OFFLINE,
-    check_group,
     check_groups,
+    check_scored_group,
     evaluate_metrics,
     process_groups,
     prompt_text,
     serve_first_group,
+    setup_failure,
+    write_jsonl,
 )
 
 SCRIPT = ENVIRONMENTS / "dataset_environment" / "dataset_env.py"
@@ -89,20 +87,14 @@ async def test_missing_prompt_field_or_data_source(tiny_model_dir):
     ],
 )
 async def test_bad_local_files(tiny_model_dir, tmp_path, rows, message):
-    path = tmp_path / "rows.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    env = _env(tiny_model_dir, "dataset_env_gsm8k.yaml", dataset_path=str(path))
-    with pytest.raises(DatasetError, match=message) as error:
-        await env.setup()
-    assert str(path) in str(error.value)
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    env = _env(tiny_model_dir, "dataset_env_gsm8k.yaml", dataset_path=path)
+    assert path in str(await setup_failure(env, message))
 
 
-async def test_hub_is_the_default(tiny_model_dir, monkeypatch):
-    for key, value in OFFLINE.items():
-        monkeypatch.setenv(key, value)
+async def test_hub_is_the_default(tiny_model_dir, hub_offline):
     env = _env(tiny_model_dir, "dataset_env_gsm8k.yaml")
-    with pytest.raises(DatasetError, match=r"gsm8k \(train\): cannot load from the hub"):
-        await env.setup()
+    await setup_failure(env, r"gsm8k \(train\): cannot load from the hub")
 
 
 async def test_local_rows_are_used_for_training_and_evaluation(tiny_model_dir):
@@ -171,19 +163,16 @@ def test_strict_reply_form_guards_the_first_reward_hacks(tiny_model_dir):
 def test_process_gsm8k_config_on_a_local_file(tmp_path, tiny_model_dir):
     groups = process_groups(
         SCRIPT,
-        ["process", "--config", CONFIGS / "dataset_env_gsm8k.yaml", "--env.dataset_path", GSM8K_SAMPLE,
+        ["--config", CONFIGS / "dataset_env_gsm8k.yaml", "--env.dataset_path", GSM8K_SAMPLE,
          "--env.group_size", "2", "--env.total_steps", "2", "--env.max_tokens", "64"],
         gsm8k_responder(),
         tiny_model_dir,
         tmp_path,
         "dataset",
     )  # fmt: skip
-    assert len(groups) == 2
+    check_groups(groups, 2, [0.0, 1.0])
     questions = {r["question"] for r in read_jsonl(GSM8K_SAMPLE)}
-    for group in groups:
-        check_group(group, 2)
-        assert sorted(group["scores"]) == [0.0, 1.0]
-        assert group["messages"][0][1]["content"] in questions
+    assert all(group["messages"][0][1]["content"] in questions for group in groups)
 
 
 MATH_REPLIES = {
@@ -210,7 +199,7 @@ def _math_responder():
 def test_process_math_config_on_a_local_file(tmp_path, tiny_model_dir):
     groups = process_groups(
         SCRIPT,
-        ["process", "--config", CONFIGS / "dataset_env_math.yaml", "--env.dataset_path", MATH_SAMPLE,
+        ["--config", CONFIGS / "dataset_env_math.yaml", "--env.dataset_path", MATH_SAMPLE,
          "--env.group_size", "2", "--env.total_steps", "3", "--env.max_tokens", "64"],
         _math_responder(),
         tiny_model_dir,
@@ -251,7 +240,7 @@ def test_prefill_starts_the_reply(tmp_path, tiny_model_dir, capsys):
 
 
 def test_serve_with_a_yaml_config(tmp_path, tiny_model_dir, api):
-    registration, group, log = serve_first_group(
+    served = serve_first_group(
         SCRIPT,
         ["--config", CONFIGS / "dataset_env_gsm8k.yaml", "--env.dataset_path", GSM8K_SAMPLE,
          "--env.group_size", "2", "--env.max_tokens", "64"],
@@ -260,7 +249,6 @@ def test_serve_with_a_yaml_config(tmp_path, tiny_model_dir, api):
         tmp_path,
         api,
     )  # fmt: skip
-    assert registration["desired_name"] == "dataset_env_gsm8k"  # the YAML's wandb_name
-    check_group(group, 2)
-    assert sorted(group["scores"]) == [0.0, 1.0]
-    assert "Traceback" not in log
+    assert served.registration["desired_name"] == "dataset_env_gsm8k"  # the YAML's wandb_name
+    check_scored_group(served.group, [0.0, 1.0])
+    assert "Traceback" not in served.log

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from atroposlib.envs.data_loading import DatasetError
 from environments import fundamental_prediction_environment as fundamentals
 from environments.fundamental_prediction_environment import (
     FundamentalPredictionEnv,
@@ -26,6 +25,7 @@ from tests.helpers.single_turn_runs import (
     offline_env,
     process_groups,
     prompt_text,
+    setup_failure,
     write_jsonl,
 )
 
@@ -95,8 +95,7 @@ async def test_bad_rows_stop_setup_with_one_line(tiny_model_dir, tmp_path, chang
     env = _env(
         tiny_model_dir, dataset_path=write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], {**ROWS[1], **change}])
     )
-    with pytest.raises(DatasetError, match=message):
-        await env.setup()
+    await setup_failure(env, message)
 
 
 async def test_setup_local_and_empty(tiny_model_dir, tmp_path):
@@ -104,16 +103,13 @@ async def test_setup_local_and_empty(tiny_model_dir, tmp_path):
     await env.setup()
     assert sorted(i.context for i in env.train) == sorted(r["context"] for r in ROWS)
     assert sorted(i.context for i in env.test) == sorted(r["context"] for r in ROWS)
-    with pytest.raises(DatasetError, match="empty.jsonl: no rows"):
-        await _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "empty.jsonl", [])).setup()
+    empty = _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "empty.jsonl", []))
+    await setup_failure(empty, "empty.jsonl: no rows")
 
 
-async def test_default_data_is_the_hub_set(tiny_model_dir, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+async def test_default_data_is_the_hub_set(tiny_model_dir, hub_offline):
     env = _env(tiny_model_dir, dataset_path=None)
-    with pytest.raises(DatasetError, match="NousResearch/company-fundamentals-prediction-lite: cannot load"):
-        await env.setup()
+    await setup_failure(env, "NousResearch/company-fundamentals-prediction-lite: cannot load")
 
 
 async def test_hub_rows_are_split_for_evaluation(tiny_model_dir, monkeypatch):
@@ -181,7 +177,7 @@ async def test_magnitude_separates_right_direction_replies(tiny_model_dir):
 def test_process_writes_groups(tiny_model_dir, tmp_path):
     groups = process_groups(
         ENVIRONMENTS / "fundamental_prediction_environment.py",
-        ["process", "--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
+        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
          "--env.max_tokens", "96"],
         group_responder,
         tiny_model_dir,

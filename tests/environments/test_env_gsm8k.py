@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from atroposlib.envs.base import APIServerConfig
-from atroposlib.envs.cli import run_cli
-from atroposlib.testing.scripted_server import launch_scripted_server
-from environments.gsm8k_server import GSM8kEnv, GSM8kEnvConfig, gold_number
-from tests.helpers.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, gsm8k_responder, read_jsonl, run_env
+from environments.gsm8k_server import GSM8kEnv, gold_number
+from tests.helpers.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, gsm8k_responder, read_jsonl
+from tests.helpers.single_turn_runs import offline_env, run_evaluate, run_scripted
 
 ROWS = read_jsonl(GSM8K_SAMPLE)
 
 
 def _env(tiny_model_dir, **overrides) -> GSM8kEnv:
-    values = {
-        "tokenizer_name": str(tiny_model_dir),
-        "use_wandb": False,
-        "group_size": 4,
-        "dataset_path": str(GSM8K_SAMPLE),
-        **overrides,
-    }
-    config = GSM8kEnvConfig(**values)
-    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
-    return GSM8kEnv(config, server, slurm=False, testing=False)
+    return offline_env(
+        GSM8kEnv, tiny_model_dir, **{"group_size": 4, "dataset_path": str(GSM8K_SAMPLE), **overrides}
+    )
 
 
 def _rollout(env: GSM8kEnv, reply: str, gold: str, generated: int = 20) -> dict:
@@ -56,9 +45,7 @@ async def test_setup_reads_a_local_jsonl(tiny_model_dir):
     assert set(first) >= {"question", "answer"} and env.iter == 1
 
 
-async def test_default_loader_is_the_hub_dataset(tiny_model_dir, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+async def test_default_loader_is_the_hub_dataset(tiny_model_dir, hub_offline):
     env = _env(tiny_model_dir, dataset_path=None)
     with pytest.raises(Exception, match="gsm8k"):
         await env.setup()
@@ -97,24 +84,14 @@ async def test_score_skips_uniform_groups_short_rollouts_and_bad_gold(tiny_model
 
 
 def test_process_with_a_local_dataset(tmp_path, tiny_model_dir):
-    with launch_scripted_server(respond=gsm8k_responder(), tokenizer=tiny_model_dir) as server:
-        result = run_env(
-            ENVIRONMENTS / "gsm8k_server.py",
-            [
-                "process",
-                "--env.dataset_path", GSM8K_SAMPLE,
-                "--env.tokenizer_name", tiny_model_dir,
-                "--openai.base_url", server.base_url,
-                "--openai.model_name", "scripted-model",
-                "--openai.server_type", "vllm",
-                "--env.group_size", "4",
-                "--env.total_steps", "3",
-                "--env.use_wandb", "false",
-            ],
-            cwd=tmp_path,
-        )  # fmt: skip
-        requests = server.requests
-    assert result.returncode == 0, result.stderr[-3000:]
+    requests = run_scripted(
+        ENVIRONMENTS / "gsm8k_server.py",
+        "process",
+        ["--env.dataset_path", GSM8K_SAMPLE, "--env.group_size", "4", "--env.total_steps", "3"],
+        gsm8k_responder(),
+        tiny_model_dir,
+        tmp_path,
+    )
     # The bare APIServerConfig of config_init is used as given: every request reached the scripted server.
     assert requests and {r["path"] for r in requests} == {"/generate"}
     out = tmp_path / "data" / "gsm8k.jsonl"  # process mode default: data/{name}.jsonl
@@ -133,27 +110,15 @@ def test_process_with_a_local_dataset(tmp_path, tiny_model_dir):
 
 
 def test_evaluate_writes_metrics_and_samples(tmp_path, tiny_model_dir):
-    evals = tmp_path / "evals"
-    with launch_scripted_server(respond=gsm8k_responder(), tokenizer=tiny_model_dir) as server:
-        with pytest.raises(SystemExit) as exited:
-            run_cli(
-                GSM8kEnv,
-                [
-                    "evaluate",
-                    "--env.dataset_path", str(GSM8K_SAMPLE),
-                    "--env.eval_limit", "4",
-                    "--env.tokenizer_name", str(tiny_model_dir),
-                    "--env.use_wandb", "false",
-                    "--env.data_dir_to_save_evals", str(evals),
-                    "--openai.base_url", server.base_url,
-                    "--openai.model_name", "scripted-model",
-                    "--openai.server_type", "vllm",
-                ],
-            )  # fmt: skip
-    assert exited.value.code == 0
-    metrics = json.loads((evals / "metrics.json").read_text())
-    assert metrics["results"]["all"] == {"eval/percent_correct": 1.0}
-    assert metrics["config_general"]["generation_parameters"]["temperature"] == 0.6
-    samples = read_jsonl(evals / "samples.jsonl")
+    evaluation = run_evaluate(
+        GSM8kEnv,
+        ["--env.dataset_path", GSM8K_SAMPLE, "--env.eval_limit", "4"],
+        gsm8k_responder(),
+        tiny_model_dir,
+        tmp_path,
+    )
+    assert evaluation.metrics == {"eval/percent_correct": 1.0}
+    assert evaluation.report["config_general"]["generation_parameters"]["temperature"] == 0.6
+    samples = evaluation.samples
     assert len(samples) == 4 and all(s["score"] == 1 for s in samples)
-    assert (evals / "evaluate_config.yaml").exists()
+    assert (evaluation.directory / "evaluate_config.yaml").exists()

@@ -13,12 +13,13 @@ from environments.instruction_following_algorithm_environment import (
 )
 from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
-    check_group,
+    check_groups,
     evaluate_metrics,
     offline_env,
     process_failure,
     process_groups,
     prompt_text,
+    setup_failure,
     write_jsonl,
 )
 
@@ -121,15 +122,10 @@ def planned(prompt: Any, index: int) -> str:
     return REPLIES[phrase][EVAL_PLAN[phrase]]
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir(tiny_model_dir):
-    """The tiny tokenizer: its think and tool-call tags are plain (non-special) tokens, as in chat models."""
-    return tiny_model_dir
-
-
-def _env(tokenizer_dir, **overrides) -> InstructionFollowingEnv:
+# The tiny tokenizer's think and tool-call tags are plain (non-special) tokens, as in chat models.
+def _env(tiny_model_dir, **overrides) -> InstructionFollowingEnv:
     return offline_env(
-        InstructionFollowingEnv, tokenizer_dir, **{"group_size": 4, "dataset_path": str(IFEVAL), **overrides}
+        InstructionFollowingEnv, tiny_model_dir, **{"group_size": 4, "dataset_path": str(IFEVAL), **overrides}
     )
 
 
@@ -140,8 +136,8 @@ async def _item(env: InstructionFollowingEnv, phrase: str):
 # -- data -------------------------------------------------------------------------------------------------
 
 
-async def test_setup_reads_ifeval_rows_with_nulls(tokenizer_dir):
-    env = _env(tokenizer_dir)
+async def test_setup_reads_ifeval_rows_with_nulls(tiny_model_dir):
+    env = _env(tiny_model_dir)
     await env.setup()
     assert len(env.train) == len(env.test) == 8
     item = await _item(env, "lost cat")
@@ -152,8 +148,8 @@ async def test_setup_reads_ifeval_rows_with_nulls(tokenizer_dir):
     assert messages[0]["role"] == "system" and messages[1] == {"role": "user", "content": item.prompt}
 
 
-async def test_rlvr_rows_load_as_instructions(tokenizer_dir):
-    env = _env(tokenizer_dir, dataset_path=str(RLVR), eval_dataset_path=str(IFEVAL))
+async def test_rlvr_rows_load_as_instructions(tiny_model_dir):
+    env = _env(tiny_model_dir, dataset_path=str(RLVR), eval_dataset_path=str(IFEVAL))
     await env.setup()
     assert len(env.train) == 4 and len(env.test) == 8
     lantern = await _item(env, "lighthouse keeper")
@@ -164,16 +160,15 @@ async def test_rlvr_rows_load_as_instructions(tokenizer_dir):
     assert env.score_reply(REPLIES["brew tea"]["good"], tea) == 1.0
 
 
-async def test_default_data_is_the_hub_and_never_a_stand_in(tokenizer_dir, monkeypatch):
+async def test_default_data_is_the_hub_and_never_a_stand_in(tiny_model_dir, hub_offline):
     """The original replaced a data set it could not load by two dummy prompts and trained on them;
     here the hub loader's failure stops the environment with one line."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(DatasetError, match="allenai/RLVR-IFeval: cannot load from the hub"):
-        await _env(tokenizer_dir, dataset_path=None).setup()
+    await setup_failure(
+        _env(tiny_model_dir, dataset_path=None), "allenai/RLVR-IFeval: cannot load from the hub"
+    )
 
 
-async def test_default_sources_train_on_rlvr_and_evaluate_on_ifeval(tokenizer_dir, monkeypatch):
+async def test_default_sources_train_on_rlvr_and_evaluate_on_ifeval(tiny_model_dir, monkeypatch):
     import environments.instruction_following_algorithm_environment as module
 
     hub = {("allenai/RLVR-IFeval", "train"): read_jsonl(RLVR), ("google/IFEval", "train"): read_jsonl(IFEVAL)}
@@ -184,7 +179,7 @@ async def test_default_sources_train_on_rlvr_and_evaluate_on_ifeval(tokenizer_di
         return lambda: hub[(name, split)]
 
     monkeypatch.setattr(module, "hub_split", fake_hub_split)
-    env = _env(tokenizer_dir, dataset_path=None)
+    env = _env(tiny_model_dir, dataset_path=None)
     await env.setup()
     assert asked == [("allenai/RLVR-IFeval", "train", None), ("google/IFEval", "train", None)]
     assert len(env.train) == 4 and len(env.test) == 8
@@ -221,32 +216,32 @@ async def test_default_sources_train_on_rlvr_and_evaluate_on_ifeval(tokenizer_di
         ({"ground_truth": '{"func_name": "validate_title"}'}, "row 1: missing field 'messages'"),
     ],
 )
-async def test_bad_rows_name_the_file_row_and_problem(tokenizer_dir, tmp_path, row, message):
+async def test_bad_rows_name_the_file_row_and_problem(tiny_model_dir, tmp_path, row, message):
     path = write_jsonl(tmp_path / "bad.jsonl", [read_jsonl(IFEVAL)[0], row])
     with pytest.raises(DatasetError, match=f"{path}: {message}"):
-        await _env(tokenizer_dir, dataset_path=path).setup()
+        await _env(tiny_model_dir, dataset_path=path).setup()
 
 
-async def test_an_empty_file_is_an_error(tokenizer_dir, tmp_path):
+async def test_an_empty_file_is_an_error(tiny_model_dir, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(DatasetError, match="no rows"):
-        await _env(tokenizer_dir, dataset_path=str(empty)).setup()
+        await _env(tiny_model_dir, dataset_path=str(empty)).setup()
 
 
-def test_process_reports_an_unknown_instruction_in_one_line(tmp_path, tokenizer_dir):
+def test_process_reports_an_unknown_instruction_in_one_line(tmp_path, tiny_model_dir):
     row = {"key": 7, "prompt": "Hi", "instruction_id_list": ["keywords:rhyme"], "kwargs": [{}]}
     path = write_jsonl(tmp_path / "bad.jsonl", [row])
     assert f"{path}: row 0: unknown instruction id 'keywords:rhyme'" in process_failure(
-        SCRIPT, path, tokenizer_dir, tmp_path
+        SCRIPT, path, tiny_model_dir, tmp_path
     )
 
 
 # -- scoring ----------------------------------------------------------------------------------------------
 
 
-async def test_reward_is_the_share_of_instructions_followed(tokenizer_dir):
-    env = _env(tokenizer_dir)
+async def test_reward_is_the_share_of_instructions_followed(tiny_model_dir):
+    env = _env(tiny_model_dir)
     await env.setup()
     item = await _item(env, "lost cat")
     good, bad = REPLIES["lost cat"]["good"], REPLIES["lost cat"]["bad"]
@@ -257,8 +252,8 @@ async def test_reward_is_the_share_of_instructions_followed(tokenizer_dir):
     assert env.score_reply(REPLIES["lost cat"]["loose"], item) == 0.5  # loose passes do not count in training
 
 
-async def test_hacks_score_nothing(tokenizer_dir):
-    env = _env(tokenizer_dir)
+async def test_hacks_score_nothing(tiny_model_dir):
+    env = _env(tiny_model_dir)
     await env.setup()
     cat = await _item(env, "lost cat")
     good = REPLIES["lost cat"]["good"]
@@ -283,11 +278,11 @@ def test_evaluation_metrics_are_ifevals_four_accuracies():
     }
 
 
-def test_the_replies_of_these_tests_are_what_they_claim(tokenizer_dir):
+def test_the_replies_of_these_tests_are_what_they_claim(tiny_model_dir):
     """Every scripted 'good' reply follows all its instructions and every 'bad' one none of them."""
     import asyncio
 
-    env = _env(tokenizer_dir, dataset_path=str(RLVR), eval_dataset_path=str(IFEVAL))
+    env = _env(tiny_model_dir, dataset_path=str(RLVR), eval_dataset_path=str(IFEVAL))
     asyncio.run(env.setup())
     for item in [*env.train, *env.test]:
         replies = _replies([{"role": "user", "content": item.prompt}])
@@ -299,21 +294,19 @@ def test_the_replies_of_these_tests_are_what_they_claim(tokenizer_dir):
 
 
 @pytest.mark.parametrize("data", [IFEVAL, RLVR], ids=["ifeval", "rlvr"])
-def test_process_with_the_local_fixture(tmp_path, tokenizer_dir, data):
-    args = ["process", "--env.dataset_path", data, "--env.group_size", 4, "--env.total_steps", 3]
-    groups = process_groups(SCRIPT, args, good_or_bad, tokenizer_dir, tmp_path, "instruction_following")
-    assert len(groups) == 3
+def test_process_with_the_local_fixture(tmp_path, tiny_model_dir, data):
+    args = ["--env.dataset_path", data, "--env.group_size", 4, "--env.total_steps", 3]
+    groups = process_groups(SCRIPT, args, good_or_bad, tiny_model_dir, tmp_path, "instruction_following")
+    check_groups(groups, 3, [0.0, 0.0, 1.0, 1.0])
     for group in groups:
-        check_group(group, 4)
-        assert sorted(group["scores"]) == [0.0, 0.0, 1.0, 1.0]
         for messages, score in zip(group["messages"], group["scores"], strict=True):
             assert messages[0]["role"] == "system" and messages[-1]["role"] == "assistant"
             assert messages[-1]["content"].startswith("<think>") is (score == 1.0)
 
 
-def test_evaluate_reports_strict_and_loose_accuracy(tmp_path, tokenizer_dir, capsys):
+def test_evaluate_reports_strict_and_loose_accuracy(tmp_path, tiny_model_dir, capsys):
     metrics, samples, printed = evaluate_metrics(
-        InstructionFollowingEnv, ["--env.dataset_path", IFEVAL], planned, tokenizer_dir, tmp_path, capsys
+        InstructionFollowingEnv, ["--env.dataset_path", IFEVAL], planned, tiny_model_dir, tmp_path, capsys
     )
     # Strict: 3 of 8 prompts, 8 of 13 instructions; loose adds the three chatty or emphasised replies.
     assert metrics == {

@@ -20,7 +20,8 @@ from environments.letter_counting_environment import (
 )
 from tests.helpers.cli_runs import ENVIRONMENTS
 from tests.helpers.single_turn_runs import (
-    check_group,
+    check_groups,
+    check_scored_group,
     evaluate_metrics,
     process_groups,
     prompt_text,
@@ -128,16 +129,14 @@ def _responder():
 def test_process_writes_scored_groups(tmp_path, tiny_model_dir):
     groups = process_groups(
         ENVIRONMENTS / "letter_counting_environment.py",
-        ["process", "--env.group_size", "2", "--env.total_steps", "2", "--env.max_tokens", "64"],
+        ["--env.group_size", "2", "--env.total_steps", "2", "--env.max_tokens", "64"],
         _responder(),
         tiny_model_dir,
         tmp_path,
         "letter_counting",
     )
-    assert len(groups) == 2
+    check_groups(groups, 2, [0.0, 1.0])
     for group in groups:
-        check_group(group, 2)
-        assert sorted(group["scores"]) == [0.0, 1.0]
         replies = [m[-1]["content"] for m in group["messages"]]
         assert all("\\boxed{" in r for r in replies)
         assert "How many times does the letter" in group["messages"][0][1]["content"]
@@ -159,7 +158,7 @@ def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):
 
 
 def test_serve_sends_groups_to_the_api(tmp_path, tiny_model_dir, api):
-    registration, group, log = serve_first_group(
+    served = serve_first_group(
         ENVIRONMENTS / "letter_counting_environment.py",
         ["--env.group_size", "2", "--env.max_tokens", "64", "--env.total_steps", "100"],
         _responder(),
@@ -167,7 +166,6 @@ def test_serve_sends_groups_to_the_api(tmp_path, tiny_model_dir, api):
         tmp_path,
         api,
     )
-    assert registration["desired_name"] == "letter_counting" and registration["group_size"] == 2
-    check_group(group, 2)
-    assert sorted(group["scores"]) == [0.0, 1.0]
-    assert "Traceback" not in log
+    assert served.registration["desired_name"] == "letter_counting" and served.registration["group_size"] == 2
+    check_scored_group(served.group, [0.0, 1.0])
+    assert "Traceback" not in served.log

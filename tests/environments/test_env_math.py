@@ -13,12 +13,14 @@ from environments import math_server
 from environments.math_server import MathEnv, MathEnvConfig, MathItem, interleave, rows_to_items
 from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
-    check_group,
+    check_groups,
+    check_scored_group,
     evaluate_metrics,
     offline_env,
     process_groups,
     prompt_text,
     serve_first_group,
+    setup_failure,
     write_jsonl,
 )
 
@@ -103,16 +105,12 @@ async def test_setup_reads_local_files(tiny_model_dir, tmp_path):
     first = await env.get_next_item()
     assert first == env.train[0] and env.iter == 1
     empty = _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "empty.jsonl", []))
-    with pytest.raises(DatasetError, match="empty.jsonl: no rows"):
-        await empty.setup()
+    await setup_failure(empty, "empty.jsonl: no rows")
 
 
-async def test_default_data_is_the_hub(tiny_model_dir, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+async def test_default_data_is_the_hub(tiny_model_dir, hub_offline):
     env = _env(tiny_model_dir, dataset_path=None)
-    with pytest.raises(DatasetError, match="zwhe99/DeepMath-103K: cannot load from the hub"):
-        await env.setup()
+    await setup_failure(env, "zwhe99/DeepMath-103K: cannot load from the hub")
 
 
 def test_unknown_eval_set_is_rejected():
@@ -175,17 +173,15 @@ async def test_a_check_that_runs_over_scores_wrong(tiny_model_dir):
 def test_process_writes_groups_with_right_and_wrong_replies(tiny_model_dir, tmp_path):
     groups = process_groups(
         ENVIRONMENTS / "math_server.py",
-        ["process", "--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
+        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
          "--env.max_tokens", "128"],
         alternating_responder,
         tiny_model_dir,
         tmp_path,
         "math",
     )  # fmt: skip
-    assert len(groups) == 3
+    check_groups(groups, 3, [-1.0, -1.0, 1.0, 1.0])
     for group in groups:
-        check_group(group, 4)
-        assert sorted(group["scores"]) == [-1.0, -1.0, 1.0, 1.0]
         replies = [m[-1]["content"] for m in group["messages"]]
         for reply, score in zip(replies, group["scores"], strict=True):
             assert ("\\boxed{0}" in reply) == (score == -1.0)
@@ -238,7 +234,7 @@ def test_evaluate_limit_keeps_every_set(tiny_model_dir, tmp_path, capsys, monkey
 
 
 def test_serve_sends_groups_and_stops_cleanly(tiny_model_dir, tmp_path, api):
-    registration, group, log = serve_first_group(
+    served = serve_first_group(
         ENVIRONMENTS / "math_server.py",
         ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.max_tokens", "128", "--env.total_steps", "100"],
         alternating_responder,
@@ -246,7 +242,6 @@ def test_serve_sends_groups_and_stops_cleanly(tiny_model_dir, tmp_path, api):
         tmp_path,
         api,
     )  # fmt: skip
-    assert registration["desired_name"] == "math" and registration["group_size"] == 4
-    check_group(group, 4)
-    assert sorted(group["scores"]) == [-1.0, -1.0, 1.0, 1.0]
-    assert "Traceback" not in log  # the checker's worker processes stop with the environment
+    assert served.registration["desired_name"] == "math" and served.registration["group_size"] == 4
+    check_scored_group(served.group, [-1.0, -1.0, 1.0, 1.0])
+    assert "Traceback" not in served.log  # the checker's worker processes stop with the environment

@@ -19,7 +19,7 @@ from environments.math_server_zero import (
 from tests.environments.test_env_math import OTHER_FORM, ROWS, SAMPLE
 from tests.helpers.cli_runs import ENVIRONMENTS
 from tests.helpers.single_turn_runs import (
-    check_group,
+    check_groups,
     evaluate_metrics,
     offline_env,
     process_groups,
@@ -125,18 +125,16 @@ def test_generation_budget_grows_from_start_tok_length(tiny_model_dir):
 def test_process_writes_completion_groups(tiny_model_dir, tmp_path):
     groups = process_groups(
         ENVIRONMENTS / "math_server_zero.py",
-        ["process", "--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "2",
+        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "2",
          "--env.max_tokens", "128"],
         alternating_responder,
         tiny_model_dir,
         tmp_path,
         "math_zero",
     )  # fmt: skip
-    assert len(groups) == 2
+    check_groups(groups, 2, [-1.0, -1.0, 1.0, 1.0])
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     for group in groups:
-        check_group(group, 4)
-        assert sorted(group["scores"]) == [-1.0, -1.0, 1.0, 1.0]
         trained = tokenizer.decode(group["tokens"][0], skip_special_tokens=True)
         assert trained.startswith("This is a conversation")  # the raw prompt was sent, no chat template
         for messages, score in zip(group["messages"], group["scores"], strict=True):

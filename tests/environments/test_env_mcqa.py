@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from atroposlib.envs.data_loading import DatasetError
 from environments.mcqa_thinking_env import (
     MCQAItem,
     MCQAThinkingEnv,
@@ -19,11 +18,12 @@ from environments.mcqa_thinking_env import (
 )
 from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
-    check_group,
+    check_groups,
     evaluate_metrics,
     offline_env,
     process_groups,
     prompt_text,
+    setup_failure,
     write_jsonl,
 )
 
@@ -85,8 +85,7 @@ def test_rows_become_items():
 )
 async def test_bad_rows_stop_setup_with_one_line(tiny_model_dir, tmp_path, row, message):
     env = _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], row]))
-    with pytest.raises(DatasetError, match=message):
-        await env.setup()
+    await setup_failure(env, message)
 
 
 async def test_setup_reads_a_local_file_and_empty_sets_are_errors(tiny_model_dir, tmp_path):
@@ -96,15 +95,13 @@ async def test_setup_reads_a_local_file_and_empty_sets_are_errors(tiny_model_dir
     assert [i.question for i in env.test] == [r["question"] for r in ROWS]
     assert [i.choices for i in env.test] == [tuple(r["choices"]) for r in ROWS]  # not shuffled by default
     assert await env.get_next_item() == env.train[0]
-    with pytest.raises(DatasetError, match="empty.jsonl: no rows"):
-        await _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "empty.jsonl", [])).setup()
+    empty = _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "empty.jsonl", []))
+    await setup_failure(empty, "empty.jsonl: no rows")
 
 
-async def test_default_data_is_mmlu_on_the_hub(tiny_model_dir, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(DatasetError, match=r"cais/mmlu \(auxiliary_train\): cannot load from the hub"):
-        await _env(tiny_model_dir, dataset_path=None).setup()
+async def test_default_data_is_mmlu_on_the_hub(tiny_model_dir, hub_offline):
+    env = _env(tiny_model_dir, dataset_path=None)
+    await setup_failure(env, r"cais/mmlu \(auxiliary_train\): cannot load from the hub")
 
 
 # -- shuffling -------------------------------------------------------------------------------------------
@@ -187,17 +184,15 @@ def test_any_number_of_choices():
 def test_process_writes_groups(tiny_model_dir, tmp_path, shuffle):
     groups = process_groups(
         ENVIRONMENTS / "mcqa_thinking_env.py",
-        ["process", "--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
+        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
          "--env.max_tokens", "64", "--env.shuffle_choices", str(shuffle).lower()],
         alternating_responder,
         tiny_model_dir,
         tmp_path,
         "mcqa",
     )  # fmt: skip
-    assert len(groups) == 3
+    check_groups(groups, 3, [-1.0, -1.0, 1.0, 1.0])
     for group in groups:
-        check_group(group, 4)
-        assert sorted(group["scores"]) == [-1.0, -1.0, 1.0, 1.0]
         question = group["messages"][0][1]["content"]
         item = _item_of(question)
         for messages, score in zip(group["messages"], group["scores"], strict=True):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from collections import Counter
 
 import pytest
@@ -14,7 +13,6 @@ from transformers import AutoTokenizer
 
 from atroposlib.cli._tooling.images import group_images
 from atroposlib.envs.base import APIServerConfig
-from atroposlib.envs.cli import run_cli
 from atroposlib.group import check_group
 from atroposlib.testing.scripted_server import launch_scripted_server
 from environments.multimodal_counting_server import (
@@ -25,7 +23,8 @@ from environments.multimodal_counting_server import (
     normalise_answer,
     score_reply,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, read_jsonl, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS
+from tests.helpers.single_turn_runs import process_groups, run_evaluate
 
 
 def _picture(item) -> Image.Image:
@@ -149,23 +148,15 @@ async def test_groups_carry_the_picture_and_train_only_the_reply(tiny_model_dir)
 
 def test_process_writes_groups_with_images(tmp_path, tiny_model_dir):
     config = CountingEnvConfig()
-    respond = answering_responder(config, range(0, 12))
-    with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
-        result = run_env(
-            ENVIRONMENTS / "multimodal_counting_server.py",
-            [
-                "process",
-                "--env.tokenizer_name", tiny_model_dir,
-                "--env.use_wandb", "false",
-                "--env.group_size", "2",
-                "--env.total_steps", "3",
-                "--openai.base_url", server.base_url,
-                "--openai.model_name", "scripted-model",
-            ],
-            cwd=tmp_path,
-        )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    groups = read_jsonl(tmp_path / "data" / "multimodal_counting.jsonl")
+    groups = process_groups(
+        ENVIRONMENTS / "multimodal_counting_server.py",
+        ["--env.group_size", "2", "--env.total_steps", "3"],
+        answering_responder(config, range(0, 12)),
+        tiny_model_dir,
+        tmp_path,
+        "multimodal_counting",
+        server_type=None,  # the default server type: the pictures go by chat completions
+    )
     assert len(groups) == 3
     for seed, group in enumerate(groups):
         assert group["images"] == [make_item(seed, config).image_b64] * 2
@@ -175,23 +166,13 @@ def test_process_writes_groups_with_images(tmp_path, tiny_model_dir):
 
 def test_evaluate_on_held_out_pictures(tmp_path, tiny_model_dir):
     config = CountingEnvConfig()
-    respond = answering_responder(config, range(1_000_000, 1_000_005))
-    evals = tmp_path / "evals"
-    with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
-        with pytest.raises(SystemExit) as exited:
-            run_cli(
-                MultimodalCountingEnv,
-                [
-                    "evaluate",
-                    "--env.tokenizer_name", str(tiny_model_dir),
-                    "--env.use_wandb", "false",
-                    "--env.eval_size", "5",
-                    "--env.data_dir_to_save_evals", str(evals),
-                    "--openai.base_url", server.base_url,
-                    "--openai.model_name", "scripted-model",
-                ],
-            )  # fmt: skip
-    assert exited.value.code == 0
-    assert json.loads((evals / "metrics.json").read_text())["results"]["all"] == {"eval/percent_correct": 1.0}
-    samples = read_jsonl(evals / "samples.jsonl")
-    assert Counter(s["seed"] for s in samples) == Counter(range(1_000_000, 1_000_005))
+    evaluation = run_evaluate(
+        MultimodalCountingEnv,
+        ["--env.eval_size", "5"],
+        answering_responder(config, range(1_000_000, 1_000_005)),
+        tiny_model_dir,
+        tmp_path,
+        server_type=None,
+    )
+    assert evaluation.metrics == {"eval/percent_correct": 1.0}
+    assert Counter(s["seed"] for s in evaluation.samples) == Counter(range(1_000_000, 1_000_005))

@@ -8,7 +8,6 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from atroposlib.envs.data_loading import DatasetError
 from atroposlib.utils.pydantic_source import UnsupportedSource, model_from_source
 from environments.pydantic_schema_following_environment import (
     PydanticSchemaFollowingEnv,
@@ -18,12 +17,13 @@ from environments.pydantic_schema_following_environment import (
 )
 from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
-    OFFLINE,
     check_groups,
     evaluate_metrics,
     offline_env,
     process_groups,
     prompt_text,
+    setup_failure,
+    write_jsonl,
 )
 
 SAMPLE = FIXTURES / "pydantic_schema_sample.jsonl"
@@ -162,24 +162,17 @@ async def test_local_rows_and_held_out_split(tiny_model_dir):
     assert ids == set(ROWS)
 
 
-def _write(tmp_path, rows) -> str:
-    path = tmp_path / "rows.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(path)
-
-
 async def test_unsupported_rows_are_skipped_with_a_warning(tiny_model_dir, tmp_path, caplog):
     bad = {
         "prompt": "p",
         "verification_info": json.dumps({"pydantic_config": "import os\nos.remove('x')", "model_name": "A"}),
     }
-    env = _env(tiny_model_dir, dataset_path=_write(tmp_path, [bad, *ROWS.values()]))
+    env = _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "rows.jsonl", [bad, *ROWS.values()]))
     await env.setup()
     assert len(env.train_items) + len(env.test_items) == 5
     assert "skipped 1 of 6 rows" in caplog.text and "row 0" in caplog.text
-    only_bad = _env(tiny_model_dir, dataset_path=_write(tmp_path, [bad]))
-    with pytest.raises(DatasetError, match="no usable rows"):
-        await only_bad.setup()
+    only_bad = _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "rows.jsonl", [bad]))
+    await setup_failure(only_bad, "no usable rows")
 
 
 @pytest.mark.parametrize(
@@ -193,18 +186,12 @@ async def test_unsupported_rows_are_skipped_with_a_warning(tiny_model_dir, tmp_p
     ],
 )
 async def test_bad_local_files(tiny_model_dir, tmp_path, rows, message):
-    path = _write(tmp_path, rows)
-    env = _env(tiny_model_dir, dataset_path=path)
-    with pytest.raises(DatasetError, match=message) as error:
-        await env.setup()
-    assert path in str(error.value)
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    assert path in str(await setup_failure(_env(tiny_model_dir, dataset_path=path), message))
 
 
-async def test_hub_is_the_default(tiny_model_dir, monkeypatch):
-    for key, value in OFFLINE.items():
-        monkeypatch.setenv(key, value)
-    with pytest.raises(DatasetError, match="justus27/pydantic-adherance-test: cannot load from the hub"):
-        await _env(tiny_model_dir).setup()
+async def test_hub_is_the_default(tiny_model_dir, hub_offline):
+    await setup_failure(_env(tiny_model_dir), "justus27/pydantic-adherance-test: cannot load from the hub")
 
 
 # ------------------------------------------------------------------------------------------- runs
@@ -226,7 +213,7 @@ def _responder():
 def test_process_with_a_local_file(tmp_path, tiny_model_dir):
     groups = process_groups(
         ENVIRONMENTS / "pydantic_schema_following_environment.py",
-        ["process", "--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
+        ["--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
          "--env.max_tokens", "200"],
         _responder(),
         tiny_model_dir,

@@ -16,7 +16,7 @@ from environments.reasoning_gym_environment import (
 )
 from tests.helpers.cli_runs import ENVIRONMENTS
 from tests.helpers.single_turn_runs import (
-    check_group,
+    check_groups,
     evaluate_metrics,
     offline_env,
     process_groups,
@@ -191,18 +191,15 @@ def test_process_writes_scored_groups(tmp_path, tiny_model_dir):
     tasks = '["chain_sum", "gcd"]'
     groups = process_groups(
         ENVIRONMENTS / "reasoning_gym_environment.py",
-        ["process", "--env.tasks", tasks, "--env.group_size", "2", "--env.total_steps", "3",
+        ["--env.tasks", tasks, "--env.group_size", "2", "--env.total_steps", "3",
          "--env.max_tokens", "96"],
         _responder(tiny_model_dir, tasks=["chain_sum", "gcd"]),
         tiny_model_dir,
         tmp_path,
         "reasoning_gym",
     )  # fmt: skip
-    assert len(groups) == 3
-    for group in groups:
-        check_group(group, 2)
-        assert sorted(group["scores"]) == [0.0, 1.0]
-        assert "<answer>" in group["messages"][0][-1]["content"]
+    check_groups(groups, 3, [0.0, 1.0])
+    assert all("<answer>" in group["messages"][0][-1]["content"] for group in groups)
 
 
 def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):

@@ -127,7 +127,7 @@ async def test_a_game_that_ends_early_and_one_at_the_turn_limit(tiny_model_dir):
 
 def test_process_writes_groups_with_differing_returns(tmp_path, tiny_model_dir):
     respond = episode_responder([["I will wait here."], [take_action("north")]])
-    args = ["process", "--env.group_size", "4", "--env.total_steps", "2", "--env.max_turns", "3",
+    args = ["--env.group_size", "4", "--env.total_steps", "2", "--env.max_turns", "3",
             "--env.max_tokens_per_turn", "64"]  # fmt: skip
     groups = process_groups(SCRIPT, args, respond, tiny_model_dir, tmp_path, "gym_taxi")
     assert len(groups) == 2

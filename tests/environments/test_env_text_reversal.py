@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from pydantic import ValidationError
 
-from atroposlib.envs.data_loading import DatasetError
 from environments.text_reversal_environment import (
     TextReversalEnv,
     TextReversalEnvConfig,
@@ -16,11 +13,13 @@ from environments.text_reversal_environment import (
 )
 from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
-    check_group,
+    check_groups,
     evaluate_metrics,
     offline_env,
     process_groups,
     prompt_text,
+    setup_failure,
+    write_jsonl,
 )
 
 SAMPLE = FIXTURES / "text_reversal_sample.jsonl"
@@ -112,20 +111,13 @@ async def test_local_text_rows_and_chat_rows(tiny_model_dir):
     ],
 )
 async def test_bad_local_files(tiny_model_dir, tmp_path, rows, message):
-    path = tmp_path / "rows.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    env = _env(tiny_model_dir, dataset_path=str(path))
-    with pytest.raises(DatasetError, match=message) as error:
-        await env.setup()
-    assert str(path) in str(error.value)
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    assert path in str(await setup_failure(_env(tiny_model_dir, dataset_path=path), message))
 
 
-async def test_hub_default_when_named(tiny_model_dir, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+async def test_hub_default_when_named(tiny_model_dir, hub_offline):
     env = _env(tiny_model_dir, dataset_name="PrimeIntellect/Reverse-Text-SFT")
-    with pytest.raises(DatasetError, match="PrimeIntellect/Reverse-Text-SFT: cannot load from the hub"):
-        await env.setup()
+    await setup_failure(env, "PrimeIntellect/Reverse-Text-SFT: cannot load from the hub")
 
 
 def test_config_checks():
@@ -147,18 +139,16 @@ def _responder():
 def test_process_with_a_local_file(tmp_path, tiny_model_dir):
     groups = process_groups(
         ENVIRONMENTS / "text_reversal_environment.py",
-        ["process", "--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
+        ["--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
          "--env.max_tokens", "256"],
         _responder(),
         tiny_model_dir,
         tmp_path,
         "text_reversal",
     )  # fmt: skip
-    assert len(groups) == 3
+    check_groups(groups, 3, [0.0, 1.0])
     texts = {row["text"] for row in read_jsonl(SAMPLE)}
     for group in groups:
-        check_group(group, 2)
-        assert sorted(group["scores"]) == [0.0, 1.0]
         user = group["messages"][0][1]["content"]
         assert any(user.endswith(t) for t in texts)
 

@@ -117,7 +117,7 @@ async def test_episodes_end_early_when_won_and_train_only_the_commands(tiny_mode
 
 def test_process_writes_groups(tmp_path, tiny_model_dir, games_dir):
     respond = episode_responder([["Let me think about it."], [take_action("look", "command")]])
-    args = ["process", "--env.group_size", "4", "--env.total_steps", "1", "--env.seed", "1",
+    args = ["--env.group_size", "4", "--env.total_steps", "1", "--env.seed", "1",
             "--env.max_turns", "2", "--env.max_tokens_per_turn", "64", "--env.games_dir", games_dir]  # fmt: skip
     groups = process_groups(SCRIPT, args, respond, tiny_model_dir, tmp_path, "textworld")
     assert len(groups) == 1

@@ -17,12 +17,13 @@ from environments.tool_calling_server import (
 )
 from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
-    check_group,
+    check_groups,
     evaluate_metrics,
     offline_env,
     process_failure,
     process_groups,
     serve_first_group,
+    setup_failure,
     write_jsonl,
 )
 
@@ -33,16 +34,11 @@ GOLD = {
 }
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir(tiny_model_dir):
-    """The tiny tokenizer: its think and tool-call tags are plain (non-special) tokens, as in chat models."""
-    return tiny_model_dir
-
-
-def _env(tokenizer_dir, **overrides) -> ToolCallingEnv:
+# The tiny tokenizer's think and tool-call tags are plain (non-special) tokens, as in chat models.
+def _env(tiny_model_dir, **overrides) -> ToolCallingEnv:
     return offline_env(
         ToolCallingEnv,
-        tokenizer_dir,
+        tiny_model_dir,
         **{"group_size": 4, "dataset_path": str(SAMPLE), "max_token_length": 1024, **overrides},
     )
 
@@ -87,8 +83,8 @@ def simple_only_responder(prompt: Any, index: int) -> str:
 # -- data -------------------------------------------------------------------------------------------------
 
 
-async def test_setup_reads_the_hermes_fixture(tokenizer_dir):
-    env = _env(tokenizer_dir)
+async def test_setup_reads_the_hermes_fixture(tiny_model_dir):
+    env = _env(tiny_model_dir)
     await env.setup()
     assert len(env.train) == len(env.test) == len(ROWS) == 8
     assert sum(item.parallel for item in env.test) == 4
@@ -109,12 +105,9 @@ def test_row_to_item_keeps_the_tools_and_reads_python_literal_answers():
     assert not item.parallel
 
 
-async def test_default_loader_is_the_hub_dataset(tokenizer_dir, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    env = _env(tokenizer_dir, dataset_path=None)
-    with pytest.raises(DatasetError, match="NousResearch/XLAM-Atropos: cannot load from the hub"):
-        await env.setup()
+async def test_default_loader_is_the_hub_dataset(tiny_model_dir, hub_offline):
+    env = _env(tiny_model_dir, dataset_path=None)
+    await setup_failure(env, "NousResearch/XLAM-Atropos: cannot load from the hub")
 
 
 @pytest.mark.parametrize(
@@ -129,32 +122,32 @@ async def test_default_loader_is_the_hub_dataset(tokenizer_dir, monkeypatch):
         ({"conversations": [{"from": "human"}]}, r"row 1: conversations\[0\] lacks 'value'"),
     ],
 )
-async def test_bad_rows_name_the_file_row_and_field(tokenizer_dir, tmp_path, row, message):
+async def test_bad_rows_name_the_file_row_and_field(tiny_model_dir, tmp_path, row, message):
     path = write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], row])
-    env = _env(tokenizer_dir, dataset_path=path)
+    env = _env(tiny_model_dir, dataset_path=path)
     with pytest.raises(DatasetError, match=f"{path}: {message}"):
         await env.setup()
 
 
-async def test_empty_sets_and_unusable_answers_are_errors(tokenizer_dir, tmp_path):
+async def test_empty_sets_and_unusable_answers_are_errors(tiny_model_dir, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(DatasetError, match="no rows"):
-        await _env(tokenizer_dir, dataset_path=str(empty)).setup()
+        await _env(tiny_model_dir, dataset_path=str(empty)).setup()
     no_call = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "Hello!"}]}
     path = write_jsonl(tmp_path / "nocall.jsonl", [no_call])
     with pytest.raises(DatasetError, match="no row has a usable expected tool call"):
-        await _env(tokenizer_dir, dataset_path=path).setup()
+        await _env(tiny_model_dir, dataset_path=path).setup()
     # A usable row keeps the set; the unusable one is left out (with a warning).
-    env = _env(tokenizer_dir, dataset_path=write_jsonl(tmp_path / "mixed.jsonl", [no_call, ROWS[0]]))
+    env = _env(tiny_model_dir, dataset_path=write_jsonl(tmp_path / "mixed.jsonl", [no_call, ROWS[0]]))
     await env.setup()
     assert len(env.train) == 1
 
 
-def test_process_reports_a_bad_file_in_one_line(tmp_path, tokenizer_dir):
+def test_process_reports_a_bad_file_in_one_line(tmp_path, tiny_model_dir):
     path = write_jsonl(tmp_path / "bad.jsonl", [{"conversations": [{"from": "human", "value": "hi"}]}])
     assert f"{path}: row 0: no 'gpt' turn in 'conversations'" in process_failure(
-        ENVIRONMENTS / "tool_calling_server.py", path, tokenizer_dir, tmp_path
+        ENVIRONMENTS / "tool_calling_server.py", path, tiny_model_dir, tmp_path
     )
 
 
@@ -166,8 +159,8 @@ async def _item(env: ToolCallingEnv, question_part: str):
     return next(item for item in env.train if question_part in item.messages[1]["content"])
 
 
-async def test_score_mixed_group_gets_plus_minus_one(tokenizer_dir):
-    env = _env(tokenizer_dir)
+async def test_score_mixed_group_gets_plus_minus_one(tiny_model_dir):
+    env = _env(tiny_model_dir)
     item = await _item(env, "97 and 91")
     right = (
         '<tool_call>{"name": "is_prime", "arguments": {"n": 91}}</tool_call>'
@@ -183,8 +176,8 @@ async def test_score_mixed_group_gets_plus_minus_one(tokenizer_dir):
     assert env.score_replies(replies, item) == [1.0, 1.0, -1.0, -1.0, -1.0]
 
 
-async def test_score_all_correct_prefers_shorter_replies(tokenizer_dir):
-    env = _env(tokenizer_dir, max_token_length=400)
+async def test_score_all_correct_prefers_shorter_replies(tiny_model_dir):
+    env = _env(tiny_model_dir, max_token_length=400)
     item = await _item(env, "AAPL")
     reply = _text(list(item.expected))
     assert len(env.tokenizer.encode(reply, add_special_tokens=False)) <= 200  # under half the budget
@@ -195,10 +188,10 @@ async def test_score_all_correct_prefers_shorter_replies(tokenizer_dir):
     assert env.score_replies([reply], item) == [1.0]  # a lone reply (evaluation) keeps its full score
 
 
-async def test_where_the_original_scored_wrong_answers_as_right(tokenizer_dir):
+async def test_where_the_original_scored_wrong_answers_as_right(tiny_model_dir):
     """The original matched only the expected keys, read calls inside the think block, skipped malformed
     blocks and compared with Python's ``==`` (``True == 1``): each of these replies scored +1 there."""
-    env = _env(tokenizer_dir)
+    env = _env(tiny_model_dir)
     convert = await _item(env, "250 US dollars")
     timer = next(item for item in env.train if "timer" in item.messages[1]["content"])
     extra_argument = (
@@ -240,31 +233,29 @@ def test_the_original_class_names_import():
 # -- process and evaluate ----------------------------------------------------------------------------------
 
 
-def test_process_with_the_local_fixture(tmp_path, tokenizer_dir):
-    args = ["process", "--env.dataset_path", SAMPLE, "--env.max_token_length", 2048]
+def test_process_with_the_local_fixture(tmp_path, tiny_model_dir):
+    args = ["--env.dataset_path", SAMPLE, "--env.max_token_length", 2048]
     args += ["--env.group_size", 4, "--env.total_steps", 4]
     groups = process_groups(
         ENVIRONMENTS / "tool_calling_server.py",
         args,
         mixed_responder,
-        tokenizer_dir,
+        tiny_model_dir,
         tmp_path,
         "tool_calling",
     )
-    assert len(groups) == 4
+    check_groups(groups, 4, [-1.0, -1.0, 1.0, 1.0])
     for group in groups:
-        check_group(group, 4)
-        assert sorted(group["scores"]) == [-1.0, -1.0, 1.0, 1.0]
         for messages, score in zip(group["messages"], group["scores"], strict=True):
             assert "<tools>" in messages[0]["content"] and messages[-1]["role"] == "assistant"
             question = messages[1]["content"]
             assert reply_matches(messages[-1]["content"], GOLD[question]) is (score == 1.0)
 
 
-def test_evaluate_reports_simple_and_parallel_accuracy(tmp_path, tokenizer_dir, capsys):
+def test_evaluate_reports_simple_and_parallel_accuracy(tmp_path, tiny_model_dir, capsys):
     args = ["--env.dataset_path", SAMPLE, "--env.max_token_length", 1024]
     metrics, samples, printed = evaluate_metrics(
-        ToolCallingEnv, args, simple_only_responder, tokenizer_dir, tmp_path, capsys
+        ToolCallingEnv, args, simple_only_responder, tiny_model_dir, tmp_path, capsys
     )
     assert metrics == {
         "eval/percent_correct": 0.5,
@@ -277,9 +268,9 @@ def test_evaluate_reports_simple_and_parallel_accuracy(tmp_path, tokenizer_dir, 
     assert all(s["correct"] is (not s["parallel"]) for s in samples)
 
 
-def test_serve_sends_scored_groups_to_the_api(tmp_path, tokenizer_dir, api):
+def test_serve_sends_scored_groups_to_the_api(tmp_path, tiny_model_dir, api):
     args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.max_token_length", "2048"]
-    _, group, _ = serve_first_group(
-        ENVIRONMENTS / "tool_calling_server.py", args, mixed_responder, tokenizer_dir, tmp_path, api
+    served = serve_first_group(
+        ENVIRONMENTS / "tool_calling_server.py", args, mixed_responder, tiny_model_dir, tmp_path, api
     )
-    assert sorted(group["scores"]) == [-1.0, -1.0, 1.0, 1.0]
+    assert sorted(served.group["scores"]) == [-1.0, -1.0, 1.0, 1.0]

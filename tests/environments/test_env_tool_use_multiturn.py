@@ -20,9 +20,9 @@ from environments.tool_use_multiturn_server import (
     answer_is_correct,
     gold_answer,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
+from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
 from tests.helpers.multi_turn_runs import episode_responder, tool_call
-from tests.helpers.single_turn_runs import evaluate_metrics
+from tests.helpers.single_turn_runs import evaluate_metrics, process_groups
 
 SAMPLE = FIXTURES / "tool_use_sample.jsonl"
 ITEM = ToolUseItem("A box holds 12 pencils. How many pencils are in 17 boxes?", "204")
@@ -237,24 +237,15 @@ def test_process_writes_token_exact_groups(tmp_path, tiny_model_dir):
     import itertools
 
     counter = itertools.count()
-    with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
-        result = run_env(
-            ENVIRONMENTS / "tool_use_multiturn_server.py",
-            [
-                "process",
-                "--env.dataset_path", SAMPLE,
-                "--env.tokenizer_name", tiny_model_dir,
-                "--env.use_wandb", "false",
-                "--env.group_size", "4",
-                "--env.total_steps", "2",
-                "--env.max_tokens_per_turn", "256",
-                "--openai.base_url", server.base_url,
-                "--openai.model_name", "scripted-model",
-            ],
-            cwd=tmp_path,
-        )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    groups = read_jsonl(tmp_path / "data" / "multiturn_tool_use.jsonl")
+    groups = process_groups(
+        ENVIRONMENTS / "tool_use_multiturn_server.py",
+        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "2",
+         "--env.max_tokens_per_turn", "256"],
+        respond,
+        tiny_model_dir,
+        tmp_path,
+        "multiturn_tool_use",
+    )  # fmt: skip
     assert len(groups) == 2
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     for group in groups:
