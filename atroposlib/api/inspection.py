@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
+import msgspec
 
+from atroposlib.api.responses import dumps
 from atroposlib.api.state import TrajectoryState
 from atroposlib.api.store import GroupRow
 
@@ -34,10 +35,10 @@ def recent_groups(state: TrajectoryState, limit: int, env_id: int | None = None)
                 "env_name": env.real_name if env else None,
                 "received_step": row.received_step,
                 "received_at": row.received_at,
-                "group": orjson.Fragment(blob),
+                "group": msgspec.Raw(blob),
             }
         )
-    return orjson.dumps({"groups": entries, "current_step": state.meta.step})
+    return dumps({"groups": entries, "current_step": state.meta.step})
 
 
 def env_records(state: TrajectoryState) -> list[dict[str, Any]]:

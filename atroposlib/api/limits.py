@@ -20,10 +20,9 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from atroposlib.api.responses import send_raw
+from atroposlib.api.responses import dumps, send_raw
 
 try:  # Intel ISA-L inflates gzip faster than zlib, with the same API.
     from isal import isal_zlib as _zlib
@@ -128,7 +127,7 @@ async def receive_body(
 
     if content_type is not None and json_route and not is_json_content_type(content_type):
         detail = f"unsupported Content-Type {content_type!r}: send application/json"
-        return Rejection(415, orjson.dumps({"detail": detail}), reason="unsupported_media_type")
+        return Rejection(415, dumps({"detail": detail}), reason="unsupported_media_type")
     if content_length is not None:
         try:
             declared = int(content_length)

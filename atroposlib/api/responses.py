@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import orjson
+import msgspec
 from starlette.responses import Response
 from starlette.types import Send
 
 JSON = "application/json"
 
 
+#: Encodes every JSON the API writes. ``msgspec.Raw`` values are inserted as they are (stored groups);
+#: integers of any size are written exactly (registration ids are 128-bit); other objects as ``str()``.
+ENCODER = msgspec.json.Encoder(enc_hook=str)
+
+
 def dumps(content: Any) -> bytes:
-    """Compact JSON; falls back to the stdlib for what orjson refuses (integers beyond 64 bits)."""
-    try:
-        return orjson.dumps(content)
-    except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(content, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+    """Compact JSON (UTF-8, no ASCII escaping; NaN and infinities as ``null``)."""
+    return ENCODER.encode(content)
 
 
 def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:

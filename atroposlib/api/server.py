@@ -33,7 +33,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 from starlette.routing import request_response
@@ -133,7 +133,7 @@ async def register(request: Request) -> Response:
             wandb_group=meta.wandb_group,
             wandb_project=meta.wandb_project,
         )
-    return JSONResponse({"uuid": requester})  # the stdlib encoder: orjson stops at 64-bit ints
+    return json_response({"uuid": requester})
 
 
 @router.post("/register-env", openapi_extra=_body(RegisterEnv.model_json_schema()))

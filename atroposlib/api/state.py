@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-import orjson
+import msgspec
 
 from atroposlib.api.admission import AdmissionRules
 from atroposlib.api.backlog import env_status
@@ -47,6 +47,7 @@ from atroposlib.api.records import (
     UnknownBatch,
     UnknownEnv,
 )
+from atroposlib.api.responses import dumps
 from atroposlib.api.schemas import RegisterEnv, Registration
 from atroposlib.api.store import (
     BATCH_PENDING,
@@ -386,7 +387,7 @@ class TrajectoryState:
             self._collect(tx)
         self.counters.batches_served += 1
         self.counters.sequences_served += sequences
-        body = orjson.dumps({"batch": [orjson.Fragment(b) for b in blobs], "batch_id": batch.bid})
+        body = dumps({"batch": [msgspec.Raw(b) for b in blobs], "batch_id": batch.bid})
         return ServedBatch(batch.bid, body, len(blobs), sequences)
 
     def _formable_batches(self) -> list[list[int]]:
@@ -526,7 +527,7 @@ class TrajectoryState:
                 return data
         if self.latest_blob is not None:
             return self.latest_blob
-        return orjson.dumps(EMPTY_LATEST_EXAMPLE)
+        return dumps(EMPTY_LATEST_EXAMPLE)
 
     def env(self, env_id: int | None) -> EnvRecord | None:
         """The registered env with this id, or ``None``."""
