@@ -47,7 +47,6 @@ from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 SYSTEM_PROMPT = (
     "You may think before answering: put your reasoning inside <think> </think> tags. After the reasoning, "
     "give your final answer in exactly the output format the user asks for, once, and use no other answer "
@@ -233,7 +232,6 @@ class AnswerFormatEnv(LocalServerDefaults, SingleTurnEnv):
     name = "answer_format"
     env_config_cls = AnswerFormatEnvConfig
     config: AnswerFormatEnvConfig
-    default_model = DEFAULT_MODEL
 
     def __init__(self, config: AnswerFormatEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
@@ -243,11 +241,7 @@ class AnswerFormatEnv(LocalServerDefaults, SingleTurnEnv):
     @classmethod
     def default_env_config(cls) -> AnswerFormatEnvConfig:
         return AnswerFormatEnvConfig(
-            group_size=16,
-            batch_size=256,
-            steps_per_eval=20,
-            max_token_length=4096,
-            eval_limit=500,
+            group_size=16, batch_size=256, steps_per_eval=20, max_token_length=4096, eval_limit=500
         )
 
     def _rows(self, path: Optional[str], split: str) -> list[dict[str, Any]]:

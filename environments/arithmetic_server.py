@@ -243,7 +243,6 @@ class ArithmeticEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv)
     def __init__(self, config: ArithmeticEnvConfig, server_configs, slurm=True, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.task = self._make_task(config)
-        self.iter = 0
 
     @staticmethod
     def _make_task(config: ArithmeticEnvConfig) -> ArithmeticTask:

@@ -60,7 +60,6 @@ from atroposlib.utils.replies import last_code_block
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 DEFAULT_DATASET = "deepmind/code_contests"
 HUMANEVAL = "openai_humaneval"
 DATASET_ALIASES = {"deepmind": DEFAULT_DATASET}
@@ -295,7 +294,6 @@ class CodingEnv(LocalServerDefaults, SingleTurnEnv):
     name = "coding"
     env_config_cls = CodeConfig
     config: CodeConfig
-    default_model = DEFAULT_MODEL
     correct_threshold = 1.0
 
     def __init__(self, config: CodeConfig, server_configs, slurm=False, testing=False):

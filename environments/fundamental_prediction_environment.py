@@ -48,7 +48,6 @@ from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 DEFAULT_DATASET = "NousResearch/company-fundamentals-prediction-lite"
 DIRECTIONS = ("raised", "reduced", "maintained")
 REQUIRED_FIELDS = ("context", "fundamental_metric", "answer", "magnitude")
@@ -181,7 +180,6 @@ class FundamentalPredictionEnv(LocalServerDefaults, SingleTurnEnv):
     name = "fundamental_prediction"
     env_config_cls = FundamentalsEnvConfig
     config: FundamentalsEnvConfig
-    default_model = DEFAULT_MODEL
     default_server_port = 9004
     # An evaluation reply counts as correct when its direction is right.
     correct_threshold = DIRECTION_WEIGHT

@@ -231,9 +231,7 @@ class GSM8kEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
         return scores
 
     async def get_next_item(self) -> GSM8kRow:
-        next_item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return next_item
+        return self.next_in_turn(self.train)
 
 
 if __name__ == "__main__":

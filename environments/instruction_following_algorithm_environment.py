@@ -44,7 +44,6 @@ from atroposlib.utils.ifeval import (
     rlvr_prompt,
 )
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 IFEVAL_FIELDS = ("prompt", "instruction_id_list", "kwargs")
 RLVR_FIELDS = ("messages", "ground_truth")
 
@@ -147,7 +146,6 @@ class InstructionFollowingEnv(LocalServerDefaults, SingleTurnEnv):
     name = "instruction_following"
     env_config_cls = IFConfig
     config: IFConfig
-    default_model = DEFAULT_MODEL
     default_server_port = 9004
 
     @classmethod

@@ -33,7 +33,6 @@ from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import final_boxed_answer
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 DEFAULT_WORD_LIST = Path(__file__).resolve().parent / "resources" / "words.txt"
 
 SYSTEM_PROMPT = (
@@ -216,7 +215,6 @@ class LetterCountingEnv(LocalServerDefaults, SingleTurnEnv):
     name = "letter_counting"
     env_config_cls = LetterCountingConfig
     config: LetterCountingConfig
-    default_model = DEFAULT_MODEL
 
     def __init__(self, config: LetterCountingConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)

@@ -45,7 +45,6 @@ from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 DEFAULT_DATASET = "cais/mmlu"
 LETTERS = string.ascii_uppercase
 REQUIRED_FIELDS = ("question", "choices", "answer")
@@ -167,7 +166,6 @@ class MCQAThinkingEnv(LocalServerDefaults, SingleTurnEnv):
     name = "mcqa"
     env_config_cls = MCQAEnvConfig
     config: MCQAEnvConfig
-    default_model = DEFAULT_MODEL
     default_server_port = 9004
     default_server_settings = {"num_max_requests_at_once": 32}
 

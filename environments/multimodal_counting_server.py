@@ -214,16 +214,9 @@ class MultimodalCountingEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, 
     config: CountingEnvConfig
     default_model = DEFAULT_MODEL
 
-    def __init__(self, config: CountingEnvConfig, server_configs, slurm=False, testing=False):
-        super().__init__(config, server_configs, slurm, testing)
-        self.iter = 0
-
     @classmethod
     def default_env_config(cls) -> CountingEnvConfig:
-        return CountingEnvConfig(
-            group_size=8,
-            batch_size=12,
-        )
+        return CountingEnvConfig(group_size=8, batch_size=12)
 
     async def setup(self) -> None:
         self.iter = 0

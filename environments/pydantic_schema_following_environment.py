@@ -43,7 +43,6 @@ from atroposlib.utils.replies import answer_section
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 HUB_DATASET = "justus27/pydantic-adherance-test"
 SYSTEM_PROMPT = (
     "You produce JSON objects that follow a given schema. You may think first: put your reasoning inside "
@@ -168,7 +167,6 @@ class PydanticSchemaFollowingEnv(LocalServerDefaults, SingleTurnEnv):
     name = "pydantic_schema_following"
     env_config_cls = PydanticEnvConfig
     config: PydanticEnvConfig
-    default_model = DEFAULT_MODEL
 
     def __init__(self, config: PydanticEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
@@ -230,9 +228,7 @@ class PydanticSchemaFollowingEnv(LocalServerDefaults, SingleTurnEnv):
             self.test_items, self.train_items = items[:held_out], items[held_out:]
 
     async def get_next_item(self) -> SchemaItem:
-        item = self.train_items[self.iter % len(self.train_items)]
-        self.iter += 1
-        return item
+        return self.next_in_turn(self.train_items)
 
     def prompt_messages(self, item: SchemaItem) -> list[dict[str, str]]:
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.prompt}]

@@ -52,7 +52,6 @@ from atroposlib.utils.replies import answer_section
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 DEFAULT_TASKS = [
     "basic_arithmetic",
     "chain_sum",
@@ -188,7 +187,6 @@ class ReasoningGymEnv(LocalServerDefaults, SingleTurnEnv):
     name = "reasoning_gym"
     env_config_cls = ReasoningGymEnvConfig
     config: ReasoningGymEnvConfig
-    default_model = DEFAULT_MODEL
 
     def __init__(self, config: ReasoningGymEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)

@@ -50,7 +50,6 @@ from atroposlib.utils.replies import final_boxed_answer
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 DEFAULT_DATASET = "allenai/WildChat"
 
 DEFAULT_JUDGE_PROMPT = (
@@ -190,7 +189,6 @@ class RLAIFEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
     name = "rlaif"
     env_config_cls = RLAIFEnvConfig
     config: RLAIFEnvConfig
-    default_model = DEFAULT_MODEL
     default_server_port = 9004
     default_server_settings = {"server_type": "vllm"}
     #: The CLI's extra-server namespace: ``--judge.*`` flags and the ``judge:`` YAML section.
@@ -213,7 +211,6 @@ class RLAIFEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
         self.judge = ServerManager(judge, slurm=False, testing=testing) if judge is not None else self.server
         self.train: list[ChatItem] = []
         self.test: list[ChatItem] = []
-        self.iter = 0
         self.score_buffer: list[float] = []
         self.unreadable_buffer: list[float] = []
         self.judgements: list[tuple[str, str, str]] = []
@@ -274,9 +271,7 @@ class RLAIFEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
         self.iter = 0
 
     async def get_next_item(self) -> ChatItem:
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
+        return self.next_in_turn(self.train)
 
     # -- judging ----------------------------------------------------------------------------------------
     @property

@@ -42,7 +42,6 @@ from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 DEFAULT_WORD_LIST = Path(__file__).resolve().parent / "resources" / "words.txt"
 HUB_DATASET = "PrimeIntellect/Reverse-Text-SFT"
 
@@ -169,7 +168,6 @@ class TextReversalEnv(LocalServerDefaults, SingleTurnEnv):
     name = "text_reversal"
     env_config_cls = TextReversalEnvConfig
     config: TextReversalEnvConfig
-    default_model = DEFAULT_MODEL
 
     def __init__(self, config: TextReversalEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
@@ -180,11 +178,7 @@ class TextReversalEnv(LocalServerDefaults, SingleTurnEnv):
     @classmethod
     def default_env_config(cls) -> TextReversalEnvConfig:
         return TextReversalEnvConfig(
-            group_size=16,
-            batch_size=256,
-            steps_per_eval=25,
-            max_token_length=4096,
-            eval_temperature=0.2,
+            group_size=16, batch_size=256, steps_per_eval=25, max_token_length=4096, eval_temperature=0.2
         )
 
     # -- data -------------------------------------------------------------------------------------------

@@ -40,7 +40,6 @@ from atroposlib.utils.tool_calls import ToolCall, ToolCallError, expected_tool_c
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 DEFAULT_DATASET = "NousResearch/XLAM-Atropos"
 
 system_prompt = (
@@ -145,7 +144,6 @@ class ToolCallingEnv(LocalServerDefaults, SingleTurnEnv):
     name = "tool_calling"
     env_config_cls = ToolCallingEnvConfig
     config: ToolCallingEnvConfig
-    default_model = DEFAULT_MODEL
     default_server_port = 9004
     # Right replies score in [0, 1] (1 unless shortened by the length preference), wrong ones -1.
     correct_threshold = 0.0

@@ -55,7 +55,6 @@ from atroposlib.utils.replies import final_boxed_answer
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 
 SYSTEM_PROMPT = (
     "You are a deep thinking AI that solves problems with the help of tools. You may reason inside "
@@ -171,7 +170,6 @@ class MultiTurnToolCallingEnv(LocalServerDefaults, MultiTurnEnv):
     name = "multiturn_tool_use"
     env_config_cls = ToolUseEnvConfig
     config: ToolUseEnvConfig
-    default_model = DEFAULT_MODEL
     default_server_port = 9004
     default_server_settings = {"server_type": "vllm", "num_max_requests_at_once": 32}
     #: Where tool names are looked up; subclasses may use their own registry.
@@ -238,9 +236,7 @@ class MultiTurnToolCallingEnv(LocalServerDefaults, MultiTurnEnv):
         self.iter = 0
 
     async def get_next_item(self) -> ToolUseItem:
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
+        return self.next_in_turn(self.train)
 
     def eval_items(self) -> list[ToolUseItem]:
         return self.test

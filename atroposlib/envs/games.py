@@ -190,7 +190,6 @@ class GameEnv(LocalServerDefaults, MultiTurnEnv):
 
     env_config_cls = GameEnvConfig
     config: GameEnvConfig
-    default_model = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
     default_server_settings = {"server_type": "vllm"}
 
     @classmethod

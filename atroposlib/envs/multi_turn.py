@@ -93,7 +93,6 @@ class MultiTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
     def __init__(self, config: MultiTurnEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.config: MultiTurnEnvConfig
-        self.iter = 0
         self.train_scores: list[float] = []
         self.train_metrics: dict[str, list[float]] = {}
 

@@ -6,8 +6,9 @@ bases. It holds ``percent_correct_buffer`` (one 0/1 or fractional value per trai
 with the next ``wandb_log``); :meth:`EvalReporting.report_evaluation` prints an evaluation's summary line,
 queues its metrics and writes them with ``evaluate_log``.
 
-:class:`IterCheckpoint` (also before ``BaseEnv``) writes the environment's ``iter`` (its position in the
-training items) into every checkpoint, so ``load_checkpoint`` resumes there.
+:class:`IterCheckpoint` (also before ``BaseEnv``) keeps the environment's ``iter`` (its position in the
+training items, advanced by :meth:`IterCheckpoint.next_in_turn`) and writes it into every checkpoint, so
+``load_checkpoint`` resumes there.
 
 :func:`local_server_config` is the inference-server default an environment's ``config_init`` returns: an
 OpenAI-compatible server on ``localhost``. :class:`LocalServerDefaults` (also before ``BaseEnv``) builds
@@ -43,15 +44,15 @@ class LocalServerDefaults:
 
     It returns :meth:`default_env_config`, its ``wandb_name`` set to the environment's ``name`` when left
     unset, and :meth:`default_server_config`: :func:`local_server_config` of :attr:`default_model` on
-    :attr:`default_server_port` with :attr:`default_server_settings`. An environment sets
-    :attr:`default_model` and overrides :meth:`default_env_config` when its defaults differ from those
-    of its ``env_config_cls``.
+    :attr:`default_server_port` with :attr:`default_server_settings`. An environment
+    overrides :meth:`default_env_config` when its defaults differ from those of its ``env_config_cls``,
+    and these attributes when its server does.
     """
 
     name: ClassVar[Optional[str]]
     env_config_cls: ClassVar[type[BaseEnvConfig]]
     #: the model the default inference server serves
-    default_model: ClassVar[str]
+    default_model: ClassVar[str] = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
     #: the localhost port of the default inference server
     default_server_port: ClassVar[int] = 9001
     #: further ``APIServerConfig`` fields of the default inference server
@@ -88,9 +89,20 @@ def mean(values: Sequence[float]) -> float:
 
 
 class IterCheckpoint:
-    """Checkpoints carry ``self.iter`` (see the module docstring)."""
+    """Checkpoints carry ``self.iter`` (see the module docstring), which starts at 0."""
 
     iter: int
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.iter = 0
+
+    def next_in_turn(self, items: Sequence[T]) -> T:
+        """``items[iter % len(items)]``, then ``iter`` advances: the items in order, starting over after the
+        last."""
+        item = items[self.iter % len(items)]
+        self.iter += 1
+        return item
 
     def save_checkpoint(self, step: int, data: Optional[dict[str, Any]] = None) -> None:
         """``data`` (default empty) plus ``{"iter": self.iter}``, saved by the environment's checkpointing."""

@@ -62,7 +62,6 @@ class SingleTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
     def __init__(self, config: SingleTurnEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.config: SingleTurnEnvConfig
-        self.iter = 0
         self.train: list[Any] = []
         self.test: list[Any] = []
 
@@ -91,9 +90,7 @@ class SingleTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
 
     async def get_next_item(self) -> Any:
         """The next training item: ``self.train`` in order, starting over at the end."""
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
+        return self.next_in_turn(self.train)
 
     def eval_items(self) -> Sequence[Any]:
         """The evaluation set (before ``eval_limit`` is applied; default ``self.test``)."""

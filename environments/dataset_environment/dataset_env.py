@@ -37,8 +37,6 @@ from atroposlib.envs.reward_fns import CombinedReward, RewardFunction, registry
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers, final_boxed_answer
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
-
 RewardSpec = Union[str, dict[str, Any]]
 
 
@@ -132,7 +130,6 @@ class DatasetEnv(LocalServerDefaults, SingleTurnEnv):
     name = "dataset"
     env_config_cls = DatasetEnvConfig
     config: DatasetEnvConfig
-    default_model = DEFAULT_MODEL
 
     def __init__(self, config: DatasetEnvConfig, server_configs, slurm=False, testing=False):
         if not config.prompt_field:
@@ -147,11 +144,7 @@ class DatasetEnv(LocalServerDefaults, SingleTurnEnv):
 
     @classmethod
     def default_env_config(cls) -> DatasetEnvConfig:
-        return DatasetEnvConfig(
-            group_size=8,
-            batch_size=256,
-            max_token_length=4096,
-        )
+        return DatasetEnvConfig(group_size=8, batch_size=256, max_token_length=4096)
 
     # -- data -------------------------------------------------------------------------------------------
     def _required(self) -> list[str]:
@@ -187,9 +180,7 @@ class DatasetEnv(LocalServerDefaults, SingleTurnEnv):
         self.test_rows = self._load(*source) if source else []
 
     async def get_next_item(self) -> dict[str, Any]:
-        row = self.train_rows[self.iter % len(self.train_rows)]
-        self.iter += 1
-        return row
+        return self.next_in_turn(self.train_rows)
 
     # -- task -------------------------------------------------------------------------------------------
     def prompt_messages(self, row: dict[str, Any]) -> list[dict[str, str]]:

@@ -29,7 +29,6 @@ from pydantic import Field
 
 from atroposlib.envs.games import GameEnv, GameEnvConfig, GameSession, InvalidAction, action_tool_schema
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 MOVES = {"stick": 0, "hit": 1}
 
 RULES = (
@@ -103,7 +102,6 @@ class BlackjackEnv(GameEnv):
 
     name = "blackjack"
     env_config_cls = BlackjackEnvConfig
-    default_model = DEFAULT_MODEL
 
     async def make_session(self, seed: int) -> BlackjackSession:
         return BlackjackSession(self.config, seed)

@@ -32,7 +32,6 @@ from pydantic import Field
 
 from atroposlib.envs.games import GameEnv, GameEnvConfig, GameSession, InvalidAction, action_tool_schema
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
 MOVES = {"south": 0, "north": 1, "east": 2, "west": 3, "pickup": 4, "dropoff": 5}
 STANDS = [("R", "Red"), ("G", "Green"), ("Y", "Yellow"), ("B", "Blue")]
 _TAXI_ID = re.compile(r"^Taxi-v(\d+)$")
@@ -153,7 +152,6 @@ class TaxiEnv(GameEnv):
 
     name = "gym_taxi"
     env_config_cls = TaxiEnvConfig
-    default_model = DEFAULT_MODEL
 
     def __init__(self, config: TaxiEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)

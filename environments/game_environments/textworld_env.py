@@ -35,8 +35,6 @@ from textworld.generator import compile_game, make_game
 
 from atroposlib.envs.games import GameEnv, GameEnvConfig, GameSession, InvalidAction, action_tool_schema
 
-DEFAULT_MODEL = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
-
 RULES = (
     "You are playing a text adventure. Read what the game tells you and type commands such as 'go north', "
     "'take the key', 'open the chest', 'put the apple on the table', 'examine the desk', 'inventory' or "
@@ -132,7 +130,6 @@ class TextWorldEnv(GameEnv):
 
     name = "textworld"
     env_config_cls = TextWorldEnvConfig
-    default_model = DEFAULT_MODEL
 
     def __init__(self, config: TextWorldEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
