@@ -87,12 +87,12 @@ class MultiTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
     """Items played as multi-turn episodes (see the module docstring)."""
 
     env_config_cls = MultiTurnEnvConfig
+    config: MultiTurnEnvConfig
     #: An evaluation episode counts as correct when its score is at least this.
     correct_threshold: float = 1.0
 
     def __init__(self, config: MultiTurnEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: MultiTurnEnvConfig
         self.train_scores: list[float] = []
         self.train_metrics: dict[str, list[float]] = {}
 

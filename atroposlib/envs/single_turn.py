@@ -56,12 +56,12 @@ class SingleTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
     """
 
     env_config_cls = SingleTurnEnvConfig
+    config: SingleTurnEnvConfig
     #: An evaluation reply counts as correct when its score is at least this.
     correct_threshold: float = 1.0
 
     def __init__(self, config: SingleTurnEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: SingleTurnEnvConfig
         self.train: list[Any] = []
         self.test: list[Any] = []
 

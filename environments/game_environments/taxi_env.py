@@ -152,10 +152,10 @@ class TaxiEnv(GameEnv):
 
     name = "gym_taxi"
     env_config_cls = TaxiEnvConfig
+    config: TaxiEnvConfig
 
     def __init__(self, config: TaxiEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: TaxiEnvConfig
         self.env_id = config.env_id or taxi_env_id()
         if self.env_id not in gym.envs.registry:
             taxis = sorted(k for k in gym.envs.registry if k.startswith("Taxi"))

@@ -130,10 +130,10 @@ class TextWorldEnv(GameEnv):
 
     name = "textworld"
     env_config_cls = TextWorldEnvConfig
+    config: TextWorldEnvConfig
 
     def __init__(self, config: TextWorldEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.config: TextWorldEnvConfig
         self.games_dir = Path(config.games_dir) if config.games_dir else default_games_dir()
         self._generation_lock = asyncio.Lock()
 
