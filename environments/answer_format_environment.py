@@ -266,8 +266,7 @@ class AnswerFormatEnv(LocalServerDefaults, SingleTurnEnv):
 
     async def get_next_item(self) -> FormatItem:
         index = self.iter
-        self.iter += 1
-        return self._item(self.train_rows[index % len(self.train_rows)], f"train:{index}")
+        return self._item(self.next_in_turn(self.train_rows), f"train:{index}")
 
     def prompt_messages(self, item: FormatItem) -> list[dict[str, str]]:
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.prompt}]
