@@ -13,7 +13,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from tests.helpers.cli_runs import read_jsonl
-from tests.helpers.single_turn_runs import run_scripted
+from tests.helpers.single_turn_runs import ScriptedRuns
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "first-environment.md"
@@ -72,8 +72,8 @@ def test_process_writes_scored_groups(tmp_path, tiny_model_dir):
     answers = load(EXAMPLE.with_name("capitals_answers.py"), "capitals_answers")
     out = tmp_path / "runs" / "capitals.jsonl"
     args = ["--env.total_steps", "3", "--env.data_path_to_save_groups", out]
-    requests = run_scripted(
-        EXAMPLE, "process", args, answers.respond, tiny_model_dir, tmp_path, server_type=None
+    requests = ScriptedRuns(tiny_model_dir, tmp_path).command(
+        EXAMPLE, "process", args, answers.respond, server_type=None
     )
     assert {r["path"] for r in requests} == {"/v1/chat/completions"}
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -98,7 +98,9 @@ def test_evaluate_scores_the_held_out_rows(tmp_path, tiny_model_dir):
     answers = load(EXAMPLE.with_name("capitals_answers.py"), "capitals_answers")
     evals = tmp_path / "evals"
     args = ["--env.data_dir_to_save_evals", evals]
-    run_scripted(EXAMPLE, "evaluate", args, answers.respond, tiny_model_dir, tmp_path, server_type=None)
+    ScriptedRuns(tiny_model_dir, tmp_path).command(
+        EXAMPLE, "evaluate", args, answers.respond, server_type=None
+    )
     metrics = json.loads((evals / "metrics.json").read_text())
     assert metrics["results"]["all"] == {"eval/percent_correct": 1.0}
     held_out = [json.loads(line)["country"] for line in DATA.read_text().splitlines()[-4:]]

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.single_turn_runs import OFFLINE
+from tests.helpers.single_turn_runs import OFFLINE, ScriptedRuns
+
+
+@pytest.fixture
+def scripted(tiny_model_dir, tmp_path, capsys) -> ScriptedRuns:
+    """The test's environment runs against the scripted inference server (in ``tmp_path``, with the tiny
+    tokenizer, printed output captured)."""
+    return ScriptedRuns(tiny_model_dir, tmp_path, capsys)
 
 
 @pytest.fixture

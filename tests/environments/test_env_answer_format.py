@@ -16,12 +16,10 @@ from environments.answer_format_environment import (
     gold_answer,
     score_reply,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, read_jsonl
+from tests.helpers.cli_runs import GSM8K_SAMPLE, read_jsonl
 from tests.helpers.single_turn_runs import (
     check_groups,
-    evaluate_metrics,
     offline_env,
-    process_groups,
     prompt_text,
     setup_failure,
     write_jsonl,
@@ -159,31 +157,19 @@ def _responder():
     return respond
 
 
-def test_process_with_a_local_file(tmp_path, tiny_model_dir):
-    groups = process_groups(
-        ENVIRONMENTS / "answer_format_environment.py",
-        ["--env.dataset_path", GSM8K_SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
-         "--env.max_tokens", "96", "--env.check_answer", "true"],
-        _responder(),
-        tiny_model_dir,
-        tmp_path,
-        "answer_format",
-    )  # fmt: skip
+def test_process_with_a_local_file(scripted):
+    args = ["--env.dataset_path", GSM8K_SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
+            "--env.max_tokens", "96", "--env.check_answer", "true"]  # fmt: skip
+    groups = scripted.process(AnswerFormatEnv, args, _responder())
     check_groups(groups, 3, [0.0, 1.0])
     for group in groups:
         assert re.search(r"Give your final answer .*exactly once", group["messages"][0][1]["content"])
 
 
-def test_evaluate_reports_accuracy_per_format(tmp_path, tiny_model_dir, capsys):
-    metrics, samples, out = evaluate_metrics(
-        AnswerFormatEnv,
-        ["--env.dataset_path", GSM8K_SAMPLE, "--env.eval_limit", "8", "--env.max_tokens", "96",
-         "--env.check_answer", "true"],
-        _responder(),
-        tiny_model_dir,
-        tmp_path,
-        capsys,
-    )  # fmt: skip
+def test_evaluate_reports_accuracy_per_format(scripted):
+    args = ["--env.dataset_path", GSM8K_SAMPLE, "--env.eval_limit", "8", "--env.max_tokens", "96",
+            "--env.check_answer", "true"]  # fmt: skip
+    metrics, samples, out = scripted.evaluate(AnswerFormatEnv, args, _responder())
     assert metrics["eval/percent_correct"] == 1.0
     formats = {s["format"] for s in samples}
     assert len(samples) == 8 and {f"eval/format_accuracy/{f}" for f in formats} <= set(metrics)

@@ -15,8 +15,7 @@ from environments.arithmetic_server import (
     score_completion,
     sft_examples,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, arithmetic_responder, read_jsonl
-from tests.helpers.single_turn_runs import run_evaluate, run_scripted
+from tests.helpers.cli_runs import arithmetic_responder, read_jsonl
 
 
 # ------------------------------------------------------------------------------------------------ task
@@ -102,15 +101,13 @@ def test_sft_examples_come_from_the_training_split():
 
 
 # ------------------------------------------------------------------------------------- through the CLI
-def test_process_writes_scored_groups_and_html(tmp_path, tiny_model_dir):
+def test_process_writes_scored_groups_and_html(scripted, tmp_path):
     out = tmp_path / "groups" / "arith.jsonl"
-    requests = run_scripted(
-        ENVIRONMENTS / "arithmetic_server.py",
+    requests = scripted.command(
+        ArithmeticEnv,
         "process",
         ["--env.total_steps", "3", "--env.group_size", "4", "--env.data_path_to_save_groups", out],
         arithmetic_responder(),
-        tiny_model_dir,
-        tmp_path,
         server_type=None,
     )
     # server_type vllm from config_init: token-level generation
@@ -142,13 +139,11 @@ def test_process_writes_scored_groups_and_html(tmp_path, tiny_model_dir):
     assert all(q in html for q in questions)
 
 
-def test_evaluate_reports_held_out_accuracy(tmp_path, tiny_model_dir):
-    evaluation = run_evaluate(
+def test_evaluate_reports_held_out_accuracy(scripted):
+    evaluation = scripted.evaluation(
         ArithmeticEnv,
         ["--openai.api_key", "sk-secret-value", "--env.eval_size", "6"],
         arithmetic_responder(),
-        tiny_model_dir,
-        tmp_path,
         server_type=None,
     )
     eval_requests = [r for r in evaluation.requests if r["path"] == "/v1/chat/completions"]

@@ -14,11 +14,8 @@ from environments.game_environments.blackjack_env import (
     BlackjackSession,
     describe_hand,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, read_jsonl
+from tests.helpers.cli_runs import read_jsonl
 from tests.helpers.multi_turn_runs import episode_responder, take_action
-from tests.helpers.single_turn_runs import run_evaluate, run_scripted
-
-SCRIPT = ENVIRONMENTS / "game_environments" / "blackjack_env.py"
 
 
 def _seed_where(predicate) -> int:
@@ -104,12 +101,12 @@ async def test_episodes_train_only_the_replies_and_stop_at_the_turn_limit(tiny_m
     assert "Your cards" not in trained and "dealer" not in trained
 
 
-def test_process_writes_token_exact_groups(tmp_path, tiny_model_dir):
+def test_process_writes_token_exact_groups(scripted, tmp_path, tiny_model_dir):
     # Every other episode answers with a move blackjack does not have (penalty -5), the rest stick.
     respond = episode_responder([["I fold."], [take_action("stick")]])
     args = ["--env.group_size", "4", "--env.total_steps", "2", "--env.max_tokens_per_turn", "64",
             "--env.max_token_length", "4096", "--env.invalid_action_penalty", "-5"]  # fmt: skip
-    requests = run_scripted(SCRIPT, "process", args, respond, tiny_model_dir, tmp_path, server_type=None)
+    requests = scripted.command(BlackjackEnv, "process", args, respond, server_type=None)
     # token-level route through ManagedServer (vllm is config_init's type)
     assert {r["path"] for r in requests} == {"/generate"}
     groups = read_jsonl(tmp_path / "data" / "blackjack.jsonl")
@@ -130,13 +127,11 @@ def test_process_writes_token_exact_groups(tmp_path, tiny_model_dir):
     assert (tmp_path / "data" / "blackjack.html").exists()
 
 
-def test_evaluate_reports_the_win_rate(tmp_path, tiny_model_dir):
-    evaluation = run_evaluate(
+def test_evaluate_reports_the_win_rate(scripted):
+    evaluation = scripted.evaluation(
         BlackjackEnv,
         ["--env.eval_episodes", "6", "--env.max_tokens_per_turn", "64"],
         episode_responder([[take_action("stick")]]),
-        tiny_model_dir,
-        tmp_path,
         server_type=None,
     )
     results, samples = evaluation.metrics, evaluation.samples

@@ -23,9 +23,7 @@ from environments.code_execution_server import (
 from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
 from tests.helpers.single_turn_runs import (
     check_groups,
-    evaluate_metrics,
     offline_env,
-    process_groups,
     prompt_text,
 )
 
@@ -351,12 +349,10 @@ def mixed_responder(prompt: Any, index: int) -> str:
 
 
 @pytest.mark.parametrize(("path", "count"), [(MBPP, 3), (HUMANEVAL, 2), (STDIO, 2)])
-def test_process_with_the_local_fixtures(tmp_path, tiny_model_dir, path, count):
+def test_process_with_the_local_fixtures(scripted, path, count):
     args = ["--env.dataset_path", path, "--env.eval_dataset_path", path, "--env.group_size", 4]
     args += ["--env.total_steps", count, "--env.max_token_length", 2048, "--env.seconds_per_test", 3]
-    groups = process_groups(
-        ENVIRONMENTS / "code_execution_server.py", args, mixed_responder, tiny_model_dir, tmp_path, "coding"
-    )
+    groups = scripted.process(CodingEnv, args, mixed_responder)
     check_groups(groups, count, [0.0, 0.0, 1.0, 1.0])
     seen = set()
     for group in groups:
@@ -389,11 +385,9 @@ def humaneval_responder(prompt: Any, index: int) -> str:
     return reply("def nothing():\n    return None\n")
 
 
-def test_evaluate_reports_pass_at_1_on_humaneval_offline(tmp_path, tiny_model_dir, capsys):
+def test_evaluate_reports_pass_at_1_on_humaneval_offline(scripted):
     args = ["--env.dataset_path", MBPP, "--env.eval_limit", 4, "--env.max_token_length", 2048]
-    metrics, samples, printed = evaluate_metrics(
-        CodingEnv, args, humaneval_responder, tiny_model_dir, tmp_path, capsys
-    )
+    metrics, samples, printed = scripted.evaluate(CodingEnv, args, humaneval_responder)
     assert metrics["eval/pass@1"] == 0.75 and metrics["eval/percent_correct"] == 0.75
     assert [s["task_id"] for s in samples] == [f"HumanEval/{i}" for i in range(4)]
     assert [s["correct"] for s in samples] == [True, True, True, False]
@@ -401,11 +395,11 @@ def test_evaluate_reports_pass_at_1_on_humaneval_offline(tmp_path, tiny_model_di
     assert "percent_correct=0.7500" in printed
 
 
-def test_evaluate_on_a_local_file(tmp_path, tiny_model_dir, capsys):
+def test_evaluate_on_a_local_file(scripted):
     def respond(prompt: Any, index: int) -> str:
         key = key_of(prompt_text(prompt))
         return reply(RIGHT[key] if key == "For every pair print a + b" else WRONG[key])
 
     args = ["--env.dataset_path", MBPP, "--env.eval_dataset_path", STDIO, "--env.max_token_length", 2048]
-    metrics, samples, _ = evaluate_metrics(CodingEnv, args, respond, tiny_model_dir, tmp_path, capsys)
+    metrics, samples, _ = scripted.evaluate(CodingEnv, args, respond)
     assert metrics["eval/pass@1"] == 0.5 and len(samples) == 2

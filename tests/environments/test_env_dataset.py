@@ -13,10 +13,7 @@ from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, GSM8K_SAMPLE, gsm8k_r
 from tests.helpers.single_turn_runs import (
     check_groups,
     check_scored_group,
-    evaluate_metrics,
-    process_groups,
     prompt_text,
-    serve_first_group,
     setup_failure,
     write_jsonl,
 )
@@ -160,16 +157,10 @@ def test_strict_reply_form_guards_the_first_reward_hacks(tiny_model_dir):
 
 
 # ------------------------------------------------------------------------------------------------ runs
-def test_process_gsm8k_config_on_a_local_file(tmp_path, tiny_model_dir):
-    groups = process_groups(
-        SCRIPT,
-        ["--config", CONFIGS / "dataset_env_gsm8k.yaml", "--env.dataset_path", GSM8K_SAMPLE,
-         "--env.group_size", "2", "--env.total_steps", "2", "--env.max_tokens", "64"],
-        gsm8k_responder(),
-        tiny_model_dir,
-        tmp_path,
-        "dataset",
-    )  # fmt: skip
+def test_process_gsm8k_config_on_a_local_file(scripted):
+    args = ["--config", CONFIGS / "dataset_env_gsm8k.yaml", "--env.dataset_path", GSM8K_SAMPLE,
+            "--env.group_size", "2", "--env.total_steps", "2", "--env.max_tokens", "64"]  # fmt: skip
+    groups = scripted.process(DatasetEnv, args, gsm8k_responder())
     check_groups(groups, 2, [0.0, 1.0])
     questions = {r["question"] for r in read_jsonl(GSM8K_SAMPLE)}
     assert all(group["messages"][0][1]["content"] in questions for group in groups)
@@ -196,59 +187,35 @@ def _math_responder():
     return respond
 
 
-def test_process_math_config_on_a_local_file(tmp_path, tiny_model_dir):
-    groups = process_groups(
-        SCRIPT,
-        ["--config", CONFIGS / "dataset_env_math.yaml", "--env.dataset_path", MATH_SAMPLE,
-         "--env.group_size", "2", "--env.total_steps", "3", "--env.max_tokens", "64"],
-        _math_responder(),
-        tiny_model_dir,
-        tmp_path,
-        "dataset",
-    )  # fmt: skip
+def test_process_math_config_on_a_local_file(scripted):
+    args = ["--config", CONFIGS / "dataset_env_math.yaml", "--env.dataset_path", MATH_SAMPLE,
+            "--env.group_size", "2", "--env.total_steps", "3", "--env.max_tokens", "64"]  # fmt: skip
+    groups = scripted.process(DatasetEnv, args, _math_responder())
     check_groups(groups, 3, [0.0, 1.0])
 
 
-def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):
-    metrics, samples, out = evaluate_metrics(
-        DatasetEnv,
-        ["--config", CONFIGS / "dataset_env_weighted.yaml", "--env.dataset_path", GSM8K_SAMPLE,
-         "--env.eval_limit", "4", "--env.max_tokens", "64"],
-        gsm8k_responder(),
-        tiny_model_dir,
-        tmp_path,
-        capsys,
-    )  # fmt: skip
+def test_evaluate_reports_accuracy(scripted):
+    args = ["--config", CONFIGS / "dataset_env_weighted.yaml", "--env.dataset_path", GSM8K_SAMPLE,
+            "--env.eval_limit", "4", "--env.max_tokens", "64"]  # fmt: skip
+    metrics, samples, out = scripted.evaluate(DatasetEnv, args, gsm8k_responder())
     assert metrics["eval/percent_correct"] == 1.0
     assert len(samples) == 4 and all(s["correct"] for s in samples)
     assert "dataset evaluation: percent_correct=1.0000" in out
 
 
-def test_prefill_starts_the_reply(tmp_path, tiny_model_dir, capsys):
-    metrics, samples, _ = evaluate_metrics(
-        DatasetEnv,
-        ["--config", CONFIGS / "dataset_env_gsm8k.yaml", "--env.dataset_path", GSM8K_SAMPLE,
-         "--env.eval_limit", "2", "--env.max_tokens", "64", "--env.prefill", "Step by step: "],
-        gsm8k_responder(),
-        tiny_model_dir,
-        tmp_path,
-        capsys,
-    )  # fmt: skip
+def test_prefill_starts_the_reply(scripted):
+    args = ["--config", CONFIGS / "dataset_env_gsm8k.yaml", "--env.dataset_path", GSM8K_SAMPLE,
+            "--env.eval_limit", "2", "--env.max_tokens", "64", "--env.prefill", "Step by step: "]  # fmt: skip
+    metrics, samples, _ = scripted.evaluate(DatasetEnv, args, gsm8k_responder())
     replies = [s["messages"][-1]["content"] for s in samples]
     assert all(r.startswith("Step by step: ") and "\\boxed{" in r for r in replies)
     assert metrics["eval/percent_correct"] == 1.0
 
 
-def test_serve_with_a_yaml_config(tmp_path, tiny_model_dir, api):
-    served = serve_first_group(
-        SCRIPT,
-        ["--config", CONFIGS / "dataset_env_gsm8k.yaml", "--env.dataset_path", GSM8K_SAMPLE,
-         "--env.group_size", "2", "--env.max_tokens", "64"],
-        gsm8k_responder(),
-        tiny_model_dir,
-        tmp_path,
-        api,
-    )  # fmt: skip
+def test_serve_with_a_yaml_config(scripted, api):
+    args = ["--config", CONFIGS / "dataset_env_gsm8k.yaml", "--env.dataset_path", GSM8K_SAMPLE,
+            "--env.group_size", "2", "--env.max_tokens", "64"]  # fmt: skip
+    served = scripted.serve(DatasetEnv, args, gsm8k_responder(), api)
     assert served.registration["desired_name"] == "dataset_env_gsm8k"  # the YAML's wandb_name
     check_scored_group(served.group, [0.0, 1.0])
     assert "Traceback" not in served.log

@@ -18,12 +18,10 @@ from environments.fundamental_prediction_environment import (
     prediction_score,
     row_to_item,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
     check_groups,
-    evaluate_metrics,
     offline_env,
-    process_groups,
     prompt_text,
     setup_failure,
     write_jsonl,
@@ -174,27 +172,18 @@ async def test_magnitude_separates_right_direction_replies(tiny_model_dir):
 
 
 # -- process and evaluate --------------------------------------------------------------------------------
-def test_process_writes_groups(tiny_model_dir, tmp_path):
-    groups = process_groups(
-        ENVIRONMENTS / "fundamental_prediction_environment.py",
-        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
-         "--env.max_tokens", "96"],
-        group_responder,
-        tiny_model_dir,
-        tmp_path,
-        "fundamental_prediction",
-    )  # fmt: skip
+def test_process_writes_groups(scripted):
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
+            "--env.max_tokens", "96"]  # fmt: skip
+    groups = scripted.process(FundamentalPredictionEnv, args, group_responder)
     check_groups(groups, 3, [0.0, 0.0, 0.85, 1.0])
 
 
-def test_evaluate_reports_direction_accuracy_and_magnitude_error(tiny_model_dir, tmp_path, capsys):
-    metrics, samples, out = evaluate_metrics(
+def test_evaluate_reports_direction_accuracy_and_magnitude_error(scripted):
+    metrics, samples, out = scripted.evaluate(
         FundamentalPredictionEnv,
         ["--env.dataset_path", SAMPLE, "--env.max_tokens", "96"],
         first_rows_responder,
-        tiny_model_dir,
-        tmp_path,
-        capsys,
     )
     assert metrics["eval/direction_accuracy"] == metrics["eval/percent_correct"] == pytest.approx(0.5)
     assert metrics["eval/magnitude_abs_error"] == pytest.approx(2.0)  # over the 4 right directions

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from environments.gsm8k_server import GSM8kEnv, gold_number
-from tests.helpers.cli_runs import ENVIRONMENTS, GSM8K_SAMPLE, gsm8k_responder, read_jsonl
-from tests.helpers.single_turn_runs import offline_env, run_evaluate, run_scripted
+from tests.helpers.cli_runs import GSM8K_SAMPLE, gsm8k_responder, read_jsonl
+from tests.helpers.single_turn_runs import offline_env
 
 ROWS = read_jsonl(GSM8K_SAMPLE)
 
@@ -83,14 +83,12 @@ async def test_score_skips_uniform_groups_short_rollouts_and_bad_gold(tiny_model
     assert await env.score([_rollout(env, "\\boxed{14}", "not a number at all")]) is None
 
 
-def test_process_with_a_local_dataset(tmp_path, tiny_model_dir):
-    requests = run_scripted(
-        ENVIRONMENTS / "gsm8k_server.py",
+def test_process_with_a_local_dataset(scripted, tmp_path):
+    requests = scripted.command(
+        GSM8kEnv,
         "process",
         ["--env.dataset_path", GSM8K_SAMPLE, "--env.group_size", "4", "--env.total_steps", "3"],
         gsm8k_responder(),
-        tiny_model_dir,
-        tmp_path,
     )
     # The bare APIServerConfig of config_init is used as given: every request reached the scripted server.
     assert requests and {r["path"] for r in requests} == {"/generate"}
@@ -109,13 +107,9 @@ def test_process_with_a_local_dataset(tmp_path, tiny_model_dir):
     assert html.count("Group ") >= 3 and "boxed" in html
 
 
-def test_evaluate_writes_metrics_and_samples(tmp_path, tiny_model_dir):
-    evaluation = run_evaluate(
-        GSM8kEnv,
-        ["--env.dataset_path", GSM8K_SAMPLE, "--env.eval_limit", "4"],
-        gsm8k_responder(),
-        tiny_model_dir,
-        tmp_path,
+def test_evaluate_writes_metrics_and_samples(scripted):
+    evaluation = scripted.evaluation(
+        GSM8kEnv, ["--env.dataset_path", GSM8K_SAMPLE, "--env.eval_limit", "4"], gsm8k_responder()
     )
     assert evaluation.metrics == {"eval/percent_correct": 1.0}
     assert evaluation.report["config_general"]["generation_parameters"]["temperature"] == 0.6

@@ -11,13 +11,10 @@ from environments.instruction_following_algorithm_environment import (
     InstructionFollowingEnv,
     evaluation_metrics,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
     check_groups,
-    evaluate_metrics,
     offline_env,
-    process_failure,
-    process_groups,
     prompt_text,
     setup_failure,
     write_jsonl,
@@ -25,7 +22,6 @@ from tests.helpers.single_turn_runs import (
 
 IFEVAL = FIXTURES / "ifeval_sample.jsonl"
 RLVR = FIXTURES / "rlvr_ifeval_sample.jsonl"
-SCRIPT = ENVIRONMENTS / "instruction_following_algorithm_environment.py"
 
 SUNRISE = (
     "The sun lifts slowly out of the sea, painting the calm water in shades of gold and rose while gulls "
@@ -229,11 +225,11 @@ async def test_an_empty_file_is_an_error(tiny_model_dir, tmp_path):
         await _env(tiny_model_dir, dataset_path=str(empty)).setup()
 
 
-def test_process_reports_an_unknown_instruction_in_one_line(tmp_path, tiny_model_dir):
+def test_process_reports_an_unknown_instruction_in_one_line(scripted, tmp_path):
     row = {"key": 7, "prompt": "Hi", "instruction_id_list": ["keywords:rhyme"], "kwargs": [{}]}
     path = write_jsonl(tmp_path / "bad.jsonl", [row])
-    assert f"{path}: row 0: unknown instruction id 'keywords:rhyme'" in process_failure(
-        SCRIPT, path, tiny_model_dir, tmp_path
+    assert f"{path}: row 0: unknown instruction id 'keywords:rhyme'" in scripted.failure(
+        InstructionFollowingEnv, path
     )
 
 
@@ -294,9 +290,9 @@ def test_the_replies_of_these_tests_are_what_they_claim(tiny_model_dir):
 
 
 @pytest.mark.parametrize("data", [IFEVAL, RLVR], ids=["ifeval", "rlvr"])
-def test_process_with_the_local_fixture(tmp_path, tiny_model_dir, data):
+def test_process_with_the_local_fixture(scripted, data):
     args = ["--env.dataset_path", data, "--env.group_size", 4, "--env.total_steps", 3]
-    groups = process_groups(SCRIPT, args, good_or_bad, tiny_model_dir, tmp_path, "instruction_following")
+    groups = scripted.process(InstructionFollowingEnv, args, good_or_bad)
     check_groups(groups, 3, [0.0, 0.0, 1.0, 1.0])
     for group in groups:
         for messages, score in zip(group["messages"], group["scores"], strict=True):
@@ -304,9 +300,9 @@ def test_process_with_the_local_fixture(tmp_path, tiny_model_dir, data):
             assert messages[-1]["content"].startswith("<think>") is (score == 1.0)
 
 
-def test_evaluate_reports_strict_and_loose_accuracy(tmp_path, tiny_model_dir, capsys):
-    metrics, samples, printed = evaluate_metrics(
-        InstructionFollowingEnv, ["--env.dataset_path", IFEVAL], planned, tiny_model_dir, tmp_path, capsys
+def test_evaluate_reports_strict_and_loose_accuracy(scripted):
+    metrics, samples, printed = scripted.evaluate(
+        InstructionFollowingEnv, ["--env.dataset_path", IFEVAL], planned
     )
     # Strict: 3 of 8 prompts, 8 of 13 instructions; loose adds the three chatty or emphasised replies.
     assert metrics == {

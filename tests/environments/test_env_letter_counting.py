@@ -18,14 +18,10 @@ from environments.letter_counting_environment import (
     read_word_list,
     score_reply,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS
 from tests.helpers.single_turn_runs import (
     check_groups,
     check_scored_group,
-    evaluate_metrics,
-    process_groups,
     prompt_text,
-    serve_first_group,
 )
 
 WORDS = read_word_list(DEFAULT_WORD_LIST)
@@ -126,14 +122,11 @@ def _responder():
     return respond
 
 
-def test_process_writes_scored_groups(tmp_path, tiny_model_dir):
-    groups = process_groups(
-        ENVIRONMENTS / "letter_counting_environment.py",
+def test_process_writes_scored_groups(scripted):
+    groups = scripted.process(
+        LetterCountingEnv,
         ["--env.group_size", "2", "--env.total_steps", "2", "--env.max_tokens", "64"],
         _responder(),
-        tiny_model_dir,
-        tmp_path,
-        "letter_counting",
     )
     check_groups(groups, 2, [0.0, 1.0])
     for group in groups:
@@ -142,14 +135,9 @@ def test_process_writes_scored_groups(tmp_path, tiny_model_dir):
         assert "How many times does the letter" in group["messages"][0][1]["content"]
 
 
-def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):
-    metrics, samples, out = evaluate_metrics(
-        LetterCountingEnv,
-        ["--env.eval_sample_size", "6", "--env.max_tokens", "64"],
-        _responder(),
-        tiny_model_dir,
-        tmp_path,
-        capsys,
+def test_evaluate_reports_accuracy(scripted):
+    metrics, samples, out = scripted.evaluate(
+        LetterCountingEnv, ["--env.eval_sample_size", "6", "--env.max_tokens", "64"], _responder()
     )
     assert metrics["eval/percent_correct"] == 1.0  # eval replies are choice 0: always right
     assert len(samples) == 6 and all(s["correct"] and s["score"] == 1.0 for s in samples)
@@ -157,13 +145,11 @@ def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):
     assert "letter_counting evaluation: percent_correct=1.0000" in out
 
 
-def test_serve_sends_groups_to_the_api(tmp_path, tiny_model_dir, api):
-    served = serve_first_group(
-        ENVIRONMENTS / "letter_counting_environment.py",
+def test_serve_sends_groups_to_the_api(scripted, api):
+    served = scripted.serve(
+        LetterCountingEnv,
         ["--env.group_size", "2", "--env.max_tokens", "64", "--env.total_steps", "100"],
         _responder(),
-        tiny_model_dir,
-        tmp_path,
         api,
     )
     assert served.registration["desired_name"] == "letter_counting" and served.registration["group_size"] == 2

@@ -11,15 +11,12 @@ from pydantic import ValidationError
 from atroposlib.envs.data_loading import DatasetError
 from environments import math_server
 from environments.math_server import MathEnv, MathEnvConfig, MathItem, interleave, rows_to_items
-from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
     check_groups,
     check_scored_group,
-    evaluate_metrics,
     offline_env,
-    process_groups,
     prompt_text,
-    serve_first_group,
     setup_failure,
     write_jsonl,
 )
@@ -170,16 +167,10 @@ async def test_a_check_that_runs_over_scores_wrong(tiny_model_dir):
 
 
 # -- process and evaluate --------------------------------------------------------------------------------
-def test_process_writes_groups_with_right_and_wrong_replies(tiny_model_dir, tmp_path):
-    groups = process_groups(
-        ENVIRONMENTS / "math_server.py",
-        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
-         "--env.max_tokens", "128"],
-        alternating_responder,
-        tiny_model_dir,
-        tmp_path,
-        "math",
-    )  # fmt: skip
+def test_process_writes_groups_with_right_and_wrong_replies(scripted):
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
+            "--env.max_tokens", "128"]  # fmt: skip
+    groups = scripted.process(MathEnv, args, alternating_responder)
     check_groups(groups, 3, [-1.0, -1.0, 1.0, 1.0])
     for group in groups:
         replies = [m[-1]["content"] for m in group["messages"]]
@@ -200,11 +191,9 @@ def _fake_hub(name: str, split: str, config=None, **kwargs):
     return lambda: slices[name]
 
 
-def test_evaluate_reports_each_set(tiny_model_dir, tmp_path, capsys, monkeypatch):
+def test_evaluate_reports_each_set(scripted, monkeypatch):
     monkeypatch.setattr(math_server, "hub_split", _fake_hub)
-    metrics, samples, out = evaluate_metrics(
-        MathEnv, ["--env.max_tokens", "64"], even_rows_right_responder, tiny_model_dir, tmp_path, capsys
-    )
+    metrics, samples, out = scripted.evaluate(MathEnv, ["--env.max_tokens", "64"], even_rows_right_responder)
     # even fixture rows are answered right: math500 = rows 0-5 (3 of 6), aime24 = rows 6-8 (2 of 3),
     # amc23 = rows 9-11 (1 of 3)
     assert metrics["eval/math500_percent_correct"] == pytest.approx(3 / 6)
@@ -219,29 +208,21 @@ def test_evaluate_reports_each_set(tiny_model_dir, tmp_path, capsys, monkeypatch
     assert "math evaluation: percent_correct=0.5000" in out
 
 
-def test_evaluate_limit_keeps_every_set(tiny_model_dir, tmp_path, capsys, monkeypatch):
+def test_evaluate_limit_keeps_every_set(scripted, monkeypatch):
     monkeypatch.setattr(math_server, "hub_split", _fake_hub)
-    metrics, samples, _ = evaluate_metrics(
+    metrics, samples, _ = scripted.evaluate(
         MathEnv,
         ["--env.max_tokens", "64", "--env.eval_limit", "3", "--env.eval_sets", '["math500", "amc23"]'],
         even_rows_right_responder,
-        tiny_model_dir,
-        tmp_path,
-        capsys,
     )
     assert [s["subset"] for s in samples] == ["math500", "amc23", "math500"]
     assert "eval/aime24_percent_correct" not in metrics
 
 
-def test_serve_sends_groups_and_stops_cleanly(tiny_model_dir, tmp_path, api):
-    served = serve_first_group(
-        ENVIRONMENTS / "math_server.py",
-        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.max_tokens", "128", "--env.total_steps", "100"],
-        alternating_responder,
-        tiny_model_dir,
-        tmp_path,
-        api,
-    )  # fmt: skip
+def test_serve_sends_groups_and_stops_cleanly(scripted, api):
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.max_tokens", "128",
+            "--env.total_steps", "100"]  # fmt: skip
+    served = scripted.serve(MathEnv, args, alternating_responder, api)
     assert served.registration["desired_name"] == "math" and served.registration["group_size"] == 4
     check_scored_group(served.group, [-1.0, -1.0, 1.0, 1.0])
     assert "Traceback" not in served.log  # the checker's worker processes stop with the environment

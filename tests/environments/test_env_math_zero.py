@@ -17,12 +17,9 @@ from environments.math_server_zero import (
     zero_reply_answers,
 )
 from tests.environments.test_env_math import OTHER_FORM, ROWS, SAMPLE
-from tests.helpers.cli_runs import ENVIRONMENTS
 from tests.helpers.single_turn_runs import (
     check_groups,
-    evaluate_metrics,
     offline_env,
-    process_groups,
     prompt_text,
 )
 
@@ -122,16 +119,10 @@ def test_generation_budget_grows_from_start_tok_length(tiny_model_dir):
     assert _env(tiny_model_dir, max_token_length=1000).generation_budget == 1000
 
 
-def test_process_writes_completion_groups(tiny_model_dir, tmp_path):
-    groups = process_groups(
-        ENVIRONMENTS / "math_server_zero.py",
-        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "2",
-         "--env.max_tokens", "128"],
-        alternating_responder,
-        tiny_model_dir,
-        tmp_path,
-        "math_zero",
-    )  # fmt: skip
+def test_process_writes_completion_groups(scripted, tiny_model_dir):
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "2",
+            "--env.max_tokens", "128"]  # fmt: skip
+    groups = scripted.process(MathZeroEnv, args, alternating_responder)
     check_groups(groups, 2, [-1.0, -1.0, 1.0, 1.0])
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     for group in groups:
@@ -144,14 +135,9 @@ def test_process_writes_completion_groups(tiny_model_dir, tmp_path):
             assert ("\\boxed{0}" in reply) == (score == -1.0)
 
 
-def test_evaluate_reports_accuracy(tiny_model_dir, tmp_path, capsys):
-    metrics, samples, out = evaluate_metrics(
-        MathZeroEnv,
-        ["--env.dataset_path", SAMPLE, "--env.max_tokens", "64"],
-        even_rows_right_responder,
-        tiny_model_dir,
-        tmp_path,
-        capsys,
+def test_evaluate_reports_accuracy(scripted):
+    metrics, samples, out = scripted.evaluate(
+        MathZeroEnv, ["--env.dataset_path", SAMPLE, "--env.max_tokens", "64"], even_rows_right_responder
     )
     assert metrics["eval/math500_sample_percent_correct"] == pytest.approx(0.5)
     assert metrics["eval/percent_correct"] == pytest.approx(0.5)

@@ -16,12 +16,10 @@ from environments.mcqa_thinking_env import (
     shuffled,
     user_prompt,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
     check_groups,
-    evaluate_metrics,
     offline_env,
-    process_groups,
     prompt_text,
     setup_failure,
     write_jsonl,
@@ -181,16 +179,10 @@ def test_any_number_of_choices():
 
 # -- process and evaluate --------------------------------------------------------------------------------
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_process_writes_groups(tiny_model_dir, tmp_path, shuffle):
-    groups = process_groups(
-        ENVIRONMENTS / "mcqa_thinking_env.py",
-        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
-         "--env.max_tokens", "64", "--env.shuffle_choices", str(shuffle).lower()],
-        alternating_responder,
-        tiny_model_dir,
-        tmp_path,
-        "mcqa",
-    )  # fmt: skip
+def test_process_writes_groups(scripted, shuffle):
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "3",
+            "--env.max_tokens", "64", "--env.shuffle_choices", str(shuffle).lower()]  # fmt: skip
+    groups = scripted.process(MCQAThinkingEnv, args, alternating_responder)
     check_groups(groups, 3, [-1.0, -1.0, 1.0, 1.0])
     for group in groups:
         question = group["messages"][0][1]["content"]
@@ -199,14 +191,9 @@ def test_process_writes_groups(tiny_model_dir, tmp_path, shuffle):
             assert (f"\\boxed{{{item.letter}}}" in messages[-1]["content"]) == (score == 1.0)
 
 
-def test_evaluate_reports_accuracy(tiny_model_dir, tmp_path, capsys):
-    metrics, samples, out = evaluate_metrics(
-        MCQAThinkingEnv,
-        ["--env.dataset_path", SAMPLE, "--env.max_tokens", "64"],
-        first_rows_right_responder,
-        tiny_model_dir,
-        tmp_path,
-        capsys,
+def test_evaluate_reports_accuracy(scripted):
+    metrics, samples, out = scripted.evaluate(
+        MCQAThinkingEnv, ["--env.dataset_path", SAMPLE, "--env.max_tokens", "64"], first_rows_right_responder
     )
     assert metrics["eval/percent_correct"] == pytest.approx(4 / 10)
     assert metrics["eval/mean_score"] == pytest.approx((4 - 6) / 10)

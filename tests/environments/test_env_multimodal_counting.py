@@ -23,8 +23,6 @@ from environments.multimodal_counting_server import (
     normalise_answer,
     score_reply,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS
-from tests.helpers.single_turn_runs import process_groups, run_evaluate
 
 
 def _picture(item) -> Image.Image:
@@ -146,15 +144,12 @@ async def test_groups_carry_the_picture_and_train_only_the_reply(tiny_model_dir)
     assert len(group_images(group)) == 1  # what view-run-multimodal shows
 
 
-def test_process_writes_groups_with_images(tmp_path, tiny_model_dir):
+def test_process_writes_groups_with_images(scripted):
     config = CountingEnvConfig()
-    groups = process_groups(
-        ENVIRONMENTS / "multimodal_counting_server.py",
+    groups = scripted.process(
+        MultimodalCountingEnv,
         ["--env.group_size", "2", "--env.total_steps", "3"],
         answering_responder(config, range(0, 12)),
-        tiny_model_dir,
-        tmp_path,
-        "multimodal_counting",
         server_type=None,  # the default server type: the pictures go by chat completions
     )
     assert len(groups) == 3
@@ -164,14 +159,12 @@ def test_process_writes_groups_with_images(tmp_path, tiny_model_dir):
         assert group_images(group)[0].size == (256, 256)
 
 
-def test_evaluate_on_held_out_pictures(tmp_path, tiny_model_dir):
+def test_evaluate_on_held_out_pictures(scripted):
     config = CountingEnvConfig()
-    evaluation = run_evaluate(
+    evaluation = scripted.evaluation(
         MultimodalCountingEnv,
         ["--env.eval_size", "5"],
         answering_responder(config, range(1_000_000, 1_000_005)),
-        tiny_model_dir,
-        tmp_path,
         server_type=None,
     )
     assert evaluation.metrics == {"eval/percent_correct": 1.0}

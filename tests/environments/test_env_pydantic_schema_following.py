@@ -15,12 +15,10 @@ from environments.pydantic_schema_following_environment import (
     score_reply,
     target_for,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
     check_groups,
-    evaluate_metrics,
     offline_env,
-    process_groups,
     prompt_text,
     setup_failure,
     write_jsonl,
@@ -210,28 +208,19 @@ def _responder():
     return respond
 
 
-def test_process_with_a_local_file(tmp_path, tiny_model_dir):
-    groups = process_groups(
-        ENVIRONMENTS / "pydantic_schema_following_environment.py",
-        ["--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
-         "--env.max_tokens", "200"],
-        _responder(),
-        tiny_model_dir,
-        tmp_path,
-        "pydantic_schema_following",
-    )  # fmt: skip
+def test_process_with_a_local_file(scripted):
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
+            "--env.max_tokens", "200"]  # fmt: skip
+    groups = scripted.process(PydanticSchemaFollowingEnv, args, _responder())
     check_groups(groups, 3, [0.0, 1.0])
 
 
-def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):
-    metrics, samples, out = evaluate_metrics(
+def test_evaluate_reports_accuracy(scripted):
+    metrics, samples, out = scripted.evaluate(
         PydanticSchemaFollowingEnv,
         ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE, "--env.max_tokens", "200"],
         _responder(),
-        tiny_model_dir,
-        tmp_path,
-        capsys,
-    )  # fmt: skip
+    )
     assert metrics["eval/percent_correct"] == 1.0
     assert len(samples) == 5 and {s["problem_id"] for s in samples} == set(ROWS)
     assert "pydantic_schema_following evaluation: percent_correct=1.0000" in out

@@ -14,12 +14,9 @@ from environments.reasoning_gym_environment import (
     extract_answer,
     registered_tasks,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS
 from tests.helpers.single_turn_runs import (
     check_groups,
-    evaluate_metrics,
     offline_env,
-    process_groups,
     prompt_text,
 )
 
@@ -187,31 +184,25 @@ def _responder(tiny_model_dir, **overrides):
     return respond
 
 
-def test_process_writes_scored_groups(tmp_path, tiny_model_dir):
+def test_process_writes_scored_groups(scripted, tiny_model_dir):
     tasks = '["chain_sum", "gcd"]'
-    groups = process_groups(
-        ENVIRONMENTS / "reasoning_gym_environment.py",
-        ["--env.tasks", tasks, "--env.group_size", "2", "--env.total_steps", "3",
-         "--env.max_tokens", "96"],
+    groups = scripted.process(
+        ReasoningGymEnv,
+        ["--env.tasks", tasks, "--env.group_size", "2", "--env.total_steps", "3", "--env.max_tokens", "96"],
         _responder(tiny_model_dir, tasks=["chain_sum", "gcd"]),
-        tiny_model_dir,
-        tmp_path,
-        "reasoning_gym",
-    )  # fmt: skip
+    )
     check_groups(groups, 3, [0.0, 1.0])
     assert all("<answer>" in group["messages"][0][-1]["content"] for group in groups)
 
 
-def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):
-    metrics, samples, out = evaluate_metrics(
+def test_evaluate_reports_accuracy(scripted, tiny_model_dir):
+    args = ["--env.tasks", '["chain_sum", "leg_counting"]', "--env.num_eval_samples_per_task", "3",
+            "--env.max_tokens", "96"]  # fmt: skip
+    metrics, samples, out = scripted.evaluate(
         ReasoningGymEnv,
-        ["--env.tasks", '["chain_sum", "leg_counting"]', "--env.num_eval_samples_per_task", "3",
-         "--env.max_tokens", "96"],
+        args,
         _responder(tiny_model_dir, tasks=["chain_sum", "leg_counting"], num_eval_samples_per_task=3),
-        tiny_model_dir,
-        tmp_path,
-        capsys,
-    )  # fmt: skip
+    )
     assert metrics["eval/percent_correct"] == 1.0
     assert len(samples) == 6 and Counter(s["task"] for s in samples) == {"chain_sum": 3, "leg_counting": 3}
     assert "reasoning_gym evaluation: percent_correct=1.0000" in out

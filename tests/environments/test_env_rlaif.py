@@ -20,7 +20,6 @@ from environments.rlaif_server import (
     row_to_item,
 )
 from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
-from tests.helpers.single_turn_runs import evaluate_metrics
 
 WILDCHAT = FIXTURES / "wildchat_sample.jsonl"
 ROWS = read_jsonl(WILDCHAT)
@@ -211,7 +210,7 @@ def test_process_with_a_separate_judge_server(tmp_path, tiny_model_dir):
     assert all(g["messages"][0][-1]["content"] == KIND for g in groups)
 
 
-def test_evaluate_judges_against_the_reference_reply(tmp_path, tiny_model_dir, capsys):
+def test_evaluate_judges_against_the_reference_reply(scripted):
     counter = itertools.count()
 
     def judge(a, b):  # the policy's warm reply wins when shown first, loses when shown second
@@ -219,9 +218,7 @@ def test_evaluate_judges_against_the_reference_reply(tmp_path, tiny_model_dir, c
         return "\\boxed{A}"
 
     args = ["--env.dataset_path", WILDCHAT]
-    metrics, samples, _ = evaluate_metrics(
-        RLAIFEnv, args, judge_responder(judge), tiny_model_dir, tmp_path, capsys
-    )
+    metrics, samples, _ = scripted.evaluate(RLAIFEnv, args, judge_responder(judge))
     assert metrics == {"eval/win_rate": 0.5, "eval/unreadable_judgements": 0.0}
     assert len(samples) == 7 and next(counter) == 14  # the row without a reference reply is left out
 

@@ -8,7 +8,6 @@ import sys
 
 from atroposlib.testing.scripted_server import launch_scripted_server
 from tests.helpers.cli_runs import LEGACY_ENVS, scripted_flags
-from tests.helpers.single_turn_runs import serve_first_group
 
 PHRASES = ["red fox", "blue sky", "green tea", "gold coin", "white snow"]
 
@@ -18,13 +17,11 @@ def _echo_respond(prompt, index):
     return f" {phrase}" if index % 2 == 0 else " something else"
 
 
-def test_serve_registers_under_the_env_name_and_sends_groups(tmp_path, tiny_model_dir, api):
-    served = serve_first_group(
+def test_serve_registers_under_the_env_name_and_sends_groups(scripted, api):
+    served = scripted.serve(
         LEGACY_ENVS / "echo_completion_env.py",
         ["--env.total_steps", "100"],
         _echo_respond,
-        tiny_model_dir,
-        tmp_path,
         api,
         server_type=None,
     )

@@ -18,11 +18,7 @@ from environments.game_environments.taxi_env import (
     describe_state,
     taxi_env_id,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS
 from tests.helpers.multi_turn_runs import episode_responder, take_action
-from tests.helpers.single_turn_runs import process_groups
-
-SCRIPT = ENVIRONMENTS / "game_environments" / "taxi_env.py"
 
 
 def test_the_env_id_exists_before_and_after_gymnasium_1_4():
@@ -125,11 +121,11 @@ async def test_a_game_that_ends_early_and_one_at_the_turn_limit(tiny_model_dir):
     assert trained == "".join(r + "<|im_end|>" for r in limited.replies) and "+---------+" not in trained
 
 
-def test_process_writes_groups_with_differing_returns(tmp_path, tiny_model_dir):
+def test_process_writes_groups_with_differing_returns(scripted, tiny_model_dir):
     respond = episode_responder([["I will wait here."], [take_action("north")]])
     args = ["--env.group_size", "4", "--env.total_steps", "2", "--env.max_turns", "3",
             "--env.max_tokens_per_turn", "64"]  # fmt: skip
-    groups = process_groups(SCRIPT, args, respond, tiny_model_dir, tmp_path, "gym_taxi")
+    groups = scripted.process(TaxiEnv, args, respond)
     assert len(groups) == 2
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     for group in groups:

@@ -11,12 +11,10 @@ from environments.text_reversal_environment import (
     reverse_text,
     score_reply,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
     check_groups,
-    evaluate_metrics,
     offline_env,
-    process_groups,
     prompt_text,
     setup_failure,
     write_jsonl,
@@ -136,16 +134,10 @@ def _responder():
     return respond
 
 
-def test_process_with_a_local_file(tmp_path, tiny_model_dir):
-    groups = process_groups(
-        ENVIRONMENTS / "text_reversal_environment.py",
-        ["--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
-         "--env.max_tokens", "256"],
-        _responder(),
-        tiny_model_dir,
-        tmp_path,
-        "text_reversal",
-    )  # fmt: skip
+def test_process_with_a_local_file(scripted):
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
+            "--env.max_tokens", "256"]  # fmt: skip
+    groups = scripted.process(TextReversalEnv, args, _responder())
     check_groups(groups, 3, [0.0, 1.0])
     texts = {row["text"] for row in read_jsonl(SAMPLE)}
     for group in groups:
@@ -153,14 +145,9 @@ def test_process_with_a_local_file(tmp_path, tiny_model_dir):
         assert any(user.endswith(t) for t in texts)
 
 
-def test_evaluate_reports_accuracy(tmp_path, tiny_model_dir, capsys):
-    metrics, samples, out = evaluate_metrics(
-        TextReversalEnv,
-        ["--env.test_set_size", "5", "--env.max_tokens", "256"],
-        _responder(),
-        tiny_model_dir,
-        tmp_path,
-        capsys,
+def test_evaluate_reports_accuracy(scripted):
+    metrics, samples, out = scripted.evaluate(
+        TextReversalEnv, ["--env.test_set_size", "5", "--env.max_tokens", "256"], _responder()
     )
     assert metrics["eval/percent_correct"] == 1.0
     assert len(samples) == 5 and all(s["score"] == 1.0 for s in samples)

@@ -15,11 +15,7 @@ from environments.game_environments.textworld_env import (
     TextWorldEnvConfig,
     clean_feedback,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS
 from tests.helpers.multi_turn_runs import episode_responder, take_action
-from tests.helpers.single_turn_runs import process_groups
-
-SCRIPT = ENVIRONMENTS / "game_environments" / "textworld_env.py"
 
 
 @pytest.fixture(scope="module")
@@ -115,11 +111,11 @@ async def test_episodes_end_early_when_won_and_train_only_the_commands(tiny_mode
     assert "Commands you can use" not in trained
 
 
-def test_process_writes_groups(tmp_path, tiny_model_dir, games_dir):
+def test_process_writes_groups(scripted, games_dir):
     respond = episode_responder([["Let me think about it."], [take_action("look", "command")]])
     args = ["--env.group_size", "4", "--env.total_steps", "1", "--env.seed", "1",
             "--env.max_turns", "2", "--env.max_tokens_per_turn", "64", "--env.games_dir", games_dir]  # fmt: skip
-    groups = process_groups(SCRIPT, args, respond, tiny_model_dir, tmp_path, "textworld")
+    groups = scripted.process(TextWorldEnv, args, respond)
     assert len(groups) == 1
     assert sorted(groups[0]["scores"]) == [-1.0, -1.0, 0.0, 0.0]
     assert all("Commands you can use now" in m[1]["content"] for m in groups[0]["messages"])

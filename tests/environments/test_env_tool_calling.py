@@ -15,14 +15,10 @@ from environments.tool_calling_server import (
     evaluation_metrics,
     row_to_item,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import (
     check_groups,
-    evaluate_metrics,
     offline_env,
-    process_failure,
-    process_groups,
-    serve_first_group,
     setup_failure,
     write_jsonl,
 )
@@ -144,11 +140,9 @@ async def test_empty_sets_and_unusable_answers_are_errors(tiny_model_dir, tmp_pa
     assert len(env.train) == 1
 
 
-def test_process_reports_a_bad_file_in_one_line(tmp_path, tiny_model_dir):
+def test_process_reports_a_bad_file_in_one_line(scripted, tmp_path):
     path = write_jsonl(tmp_path / "bad.jsonl", [{"conversations": [{"from": "human", "value": "hi"}]}])
-    assert f"{path}: row 0: no 'gpt' turn in 'conversations'" in process_failure(
-        ENVIRONMENTS / "tool_calling_server.py", path, tiny_model_dir, tmp_path
-    )
+    assert f"{path}: row 0: no 'gpt' turn in 'conversations'" in scripted.failure(ToolCallingEnv, path)
 
 
 # -- scoring ----------------------------------------------------------------------------------------------
@@ -233,17 +227,10 @@ def test_the_original_class_names_import():
 # -- process and evaluate ----------------------------------------------------------------------------------
 
 
-def test_process_with_the_local_fixture(tmp_path, tiny_model_dir):
+def test_process_with_the_local_fixture(scripted):
     args = ["--env.dataset_path", SAMPLE, "--env.max_token_length", 2048]
     args += ["--env.group_size", 4, "--env.total_steps", 4]
-    groups = process_groups(
-        ENVIRONMENTS / "tool_calling_server.py",
-        args,
-        mixed_responder,
-        tiny_model_dir,
-        tmp_path,
-        "tool_calling",
-    )
+    groups = scripted.process(ToolCallingEnv, args, mixed_responder)
     check_groups(groups, 4, [-1.0, -1.0, 1.0, 1.0])
     for group in groups:
         for messages, score in zip(group["messages"], group["scores"], strict=True):
@@ -252,11 +239,9 @@ def test_process_with_the_local_fixture(tmp_path, tiny_model_dir):
             assert reply_matches(messages[-1]["content"], GOLD[question]) is (score == 1.0)
 
 
-def test_evaluate_reports_simple_and_parallel_accuracy(tmp_path, tiny_model_dir, capsys):
+def test_evaluate_reports_simple_and_parallel_accuracy(scripted):
     args = ["--env.dataset_path", SAMPLE, "--env.max_token_length", 1024]
-    metrics, samples, printed = evaluate_metrics(
-        ToolCallingEnv, args, simple_only_responder, tiny_model_dir, tmp_path, capsys
-    )
+    metrics, samples, printed = scripted.evaluate(ToolCallingEnv, args, simple_only_responder)
     assert metrics == {
         "eval/percent_correct": 0.5,
         "eval/simple_accuracy": 1.0,
@@ -268,9 +253,7 @@ def test_evaluate_reports_simple_and_parallel_accuracy(tmp_path, tiny_model_dir,
     assert all(s["correct"] is (not s["parallel"]) for s in samples)
 
 
-def test_serve_sends_scored_groups_to_the_api(tmp_path, tiny_model_dir, api):
+def test_serve_sends_scored_groups_to_the_api(scripted, api):
     args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.max_token_length", "2048"]
-    served = serve_first_group(
-        ENVIRONMENTS / "tool_calling_server.py", args, mixed_responder, tiny_model_dir, tmp_path, api
-    )
+    served = scripted.serve(ToolCallingEnv, args, mixed_responder, api)
     assert sorted(served.group["scores"]) == [-1.0, -1.0, 1.0, 1.0]

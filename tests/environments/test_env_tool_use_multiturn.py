@@ -20,9 +20,8 @@ from environments.tool_use_multiturn_server import (
     answer_is_correct,
     gold_answer,
 )
-from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl
+from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.multi_turn_runs import episode_responder, tool_call
-from tests.helpers.single_turn_runs import evaluate_metrics, process_groups
 
 SAMPLE = FIXTURES / "tool_use_sample.jsonl"
 ITEM = ToolUseItem("A box holds 12 pencils. How many pencils are in 17 boxes?", "204")
@@ -219,7 +218,7 @@ async def test_the_environment_does_not_start_without_its_sandbox(tiny_model_dir
     assert list(calculator_only.tools) == ["calculator"]
 
 
-def test_process_writes_token_exact_groups(tmp_path, tiny_model_dir):
+def test_process_writes_token_exact_groups(scripted, tiny_model_dir):
     golds = {row["question"]: gold_answer(row["answer"]) for row in read_jsonl(SAMPLE)}
 
     def respond(prompt, index):  # even episodes compute with python then answer right; odd ones answer 0
@@ -237,15 +236,9 @@ def test_process_writes_token_exact_groups(tmp_path, tiny_model_dir):
     import itertools
 
     counter = itertools.count()
-    groups = process_groups(
-        ENVIRONMENTS / "tool_use_multiturn_server.py",
-        ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "2",
-         "--env.max_tokens_per_turn", "256"],
-        respond,
-        tiny_model_dir,
-        tmp_path,
-        "multiturn_tool_use",
-    )  # fmt: skip
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "2",
+            "--env.max_tokens_per_turn", "256"]  # fmt: skip
+    groups = scripted.process(MultiTurnToolCallingEnv, args, respond)
     assert len(groups) == 2
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     for group in groups:
@@ -259,7 +252,7 @@ def test_process_writes_token_exact_groups(tmp_path, tiny_model_dir):
                 assert '"content": "computing\\n"' in messages[3]["content"] and messages[3]["role"] == "tool"
 
 
-def test_evaluate_reports_accuracy_and_tool_use(tmp_path, tiny_model_dir, capsys):
+def test_evaluate_reports_accuracy_and_tool_use(scripted):
     golds = {row["question"]: gold_answer(row["answer"]) for row in read_jsonl(SAMPLE)}
 
     def respond(prompt, index):
@@ -270,9 +263,7 @@ def test_evaluate_reports_accuracy_and_tool_use(tmp_path, tiny_model_dir, capsys
         return f"\\boxed{{{golds[question]}}}"
 
     args = ["--env.dataset_path", SAMPLE, "--env.tools", '["calculator"]', "--env.max_tokens_per_turn", "256"]
-    metrics, samples, _ = evaluate_metrics(
-        MultiTurnToolCallingEnv, args, respond, tiny_model_dir, tmp_path, capsys
-    )
+    metrics, samples, _ = scripted.evaluate(MultiTurnToolCallingEnv, args, respond)
     assert metrics["eval/percent_correct"] == 1.0 and metrics["eval/tool_calls"] == 1.0
     assert metrics["eval/mean_turns"] == 2.0 and metrics["eval/tool_errors"] == 0.0
     assert len(samples) == 6
