@@ -70,6 +70,7 @@ class LocalServerDefaults:
 
     @classmethod
     def config_init(cls) -> tuple[BaseEnvConfig, APIServerConfig]:
+        """``(environment config, inference server)`` (see the class docstring)."""
         env_config = cls.default_env_config()
         if env_config.wandb_name is None:
             env_config.wandb_name = cls.name
