@@ -42,8 +42,8 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator
 
+from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import hub_split, load_rows
-from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers
 

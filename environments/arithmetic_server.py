@@ -29,7 +29,8 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
-from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, LocalServerDefaults
+from atroposlib.envs.config_defaults import LocalServerDefaults
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint
 from atroposlib.type_definitions import Item
 
 Operation = Literal["+", "-", "*"]

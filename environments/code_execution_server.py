@@ -50,9 +50,9 @@ from typing import Any, Optional
 from pydantic import Field
 
 from atroposlib.envs.base import EvalHandlingEnum
+from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, check_rows, hub_split, load_rows
 from atroposlib.envs.groups import ScoredDataGroup
-from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.sandbox import Sandbox, SandboxError, SandboxLimits
 from atroposlib.sandbox.code_tests import TestReport, run_function_tests, run_stdio_tests

@@ -23,7 +23,8 @@ from pydantic import Field
 from tqdm.asyncio import tqdm_asyncio
 
 from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
-from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, LocalServerDefaults
+from atroposlib.envs.config_defaults import LocalServerDefaults
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint
 from atroposlib.type_definitions import Item
 from atroposlib.utils.math_checking import reply_extraction
 

@@ -28,8 +28,8 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
+from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError
-from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import final_boxed_answer
 

@@ -40,8 +40,8 @@ from typing import Any, Optional
 from pydantic import Field, field_validator
 
 from atroposlib.envs.base import EvalHandlingEnum
+from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import check_rows, hub_split, load_rows, read_local_rows
-from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.math_checking import DEFAULT_TIMEOUT_S, MathChecker, gold_latex, reply_answers
 

@@ -37,7 +37,8 @@ from PIL import Image, ImageDraw
 from pydantic import Field, field_validator
 
 from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
-from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, LocalServerDefaults, summary_line
+from atroposlib.envs.config_defaults import LocalServerDefaults
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, summary_line
 from atroposlib.utils.replies import final_boxed_answer
 from atroposlib.utils.tokenize_for_trainer import tokenize_for_trainer
 

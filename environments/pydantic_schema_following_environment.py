@@ -35,8 +35,8 @@ from typing import Any, Optional
 import jsonschema
 from pydantic import BaseModel, Field, ValidationError
 
+from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
-from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.pydantic_source import UnsupportedSource, model_from_source
 from atroposlib.utils.replies import answer_section

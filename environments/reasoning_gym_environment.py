@@ -46,7 +46,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, Field, field_validator
 
-from atroposlib.envs.reporting import LocalServerDefaults
+from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 

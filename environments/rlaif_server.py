@@ -43,8 +43,9 @@ from typing import Any, Optional
 from pydantic import Field
 
 from atroposlib.envs.base import BaseEnv, BaseEnvConfig, EvalHandlingEnum, ScoredDataGroup
+from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
-from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, LocalServerDefaults
+from atroposlib.envs.reporting import EvalReporting, IterCheckpoint
 from atroposlib.envs.server_handling.server_manager import ServerManager
 from atroposlib.utils.replies import final_boxed_answer
 

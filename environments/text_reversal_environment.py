@@ -37,8 +37,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, model_validator
 
+from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, check_rows, hub_split, load_rows
-from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 

@@ -33,8 +33,9 @@ from typing import Any, Optional
 
 from pydantic import Field
 
+from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
-from atroposlib.envs.reporting import LocalServerDefaults, summary_line
+from atroposlib.envs.reporting import summary_line
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.tool_calls import ToolCall, ToolCallError, expected_tool_calls, reply_matches
 

@@ -45,10 +45,10 @@ from math_verify import parse, verify
 from pydantic import Field
 
 from atroposlib.envs.base import EvalHandlingEnum
+from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import hub_split, load_rows
 from atroposlib.envs.episodes import END_DONE, Episode, Feedback
 from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
-from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.envs.tools import Tool, ToolRegistry, registry, run_tool_calls, tool_schema
 from atroposlib.utils.math_checking import reply_extraction
 from atroposlib.utils.replies import final_boxed_answer

@@ -27,9 +27,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
+from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.episodes import Episode, Feedback
 from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
-from atroposlib.envs.reporting import LocalServerDefaults
 from atroposlib.utils.replies import answer_section
 from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
 from atroposlib.utils.tool_calls import ToolCallError, call_from_object, load_json
