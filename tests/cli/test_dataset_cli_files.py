@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.helpers.cli_tools import FIXTURES, free_port_url, read_jsonl, run_tool
+from tests.helpers.cli_runs import read_jsonl
+from tests.helpers.cli_tools import FIXTURES, free_port_url, run_tool
 
 
 def test_sft_from_jsonl_atropos_format(tmp_path, process_jsonl, tiny_model_dir):

@@ -8,7 +8,8 @@ import pytest
 import requests
 
 from atroposlib.testing.api_process import launch_api
-from tests.helpers.cli_tools import LiveRun, ToolProcess, fixture_groups, read_jsonl, run_tool
+from tests.helpers.cli_runs import read_jsonl
+from tests.helpers.cli_tools import LiveRun, ToolProcess, fixture_groups, run_tool
 
 
 @pytest.fixture

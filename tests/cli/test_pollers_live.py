@@ -7,7 +7,8 @@ import time
 
 from atroposlib.cli._tooling.client import ApiClient
 from atroposlib.cli._tooling.sources import InspectPoller, LatestExamplePoller
-from tests.helpers.cli_tools import LiveRun, ToolProcess, fixture_groups, read_jsonl, run_tool
+from tests.helpers.cli_runs import read_jsonl
+from tests.helpers.cli_tools import LiveRun, ToolProcess, fixture_groups, run_tool
 
 
 def _post(run: LiveRun, group: dict, n: int) -> None:

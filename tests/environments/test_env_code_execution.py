@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import textwrap
@@ -21,11 +20,7 @@ from environments.code_execution_server import (
     humaneval_rows,
 )
 from tests.helpers.cli_runs import ENVIRONMENTS, FIXTURES, read_jsonl, run_env
-from tests.helpers.single_turn_runs import (
-    check_groups,
-    offline_env,
-    prompt_text,
-)
+from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, write_jsonl
 
 MBPP = FIXTURES / "mbpp_sample.jsonl"
 HUMANEVAL = FIXTURES / "humaneval_sample.jsonl"
@@ -161,9 +156,8 @@ async def test_default_training_set_is_code_contests_from_the_hub(tiny_model_dir
     ],
 )
 async def test_bad_rows_name_the_file_row_and_field(tiny_model_dir, tmp_path, rows, message):
-    path = tmp_path / "bad.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    env = make_env(tiny_model_dir, dataset_path=str(path), eval_dataset_path=str(HUMANEVAL))
+    path = write_jsonl(tmp_path / "bad.jsonl", rows)
+    env = make_env(tiny_model_dir, dataset_path=path, eval_dataset_path=str(HUMANEVAL))
     with pytest.raises(DatasetError, match=message):
         await env.setup()
 

@@ -5,16 +5,12 @@ import json
 import pytest
 
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows, read_local_rows
-
-
-def _write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+from tests.helpers.single_turn_runs import write_jsonl
 
 
 def test_reads_every_local_format(tmp_path):
     rows = [{"question": "q1", "answer": 1}, {"question": "q2", "answer": 2}]
-    jsonl = _write_jsonl(tmp_path / "d.jsonl", rows)
+    jsonl = write_jsonl(tmp_path / "d.jsonl", rows)
     (tmp_path / "d.json").write_text(json.dumps(rows))
     (tmp_path / "d.csv").write_text("question,answer\nq1,1\nq2,2\n")
     import pandas as pd
@@ -27,7 +23,7 @@ def test_reads_every_local_format(tmp_path):
 
 
 def test_missing_field_names_file_row_and_field(tmp_path):
-    path = _write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "answer": 1}, {"question": "q"}])
+    path = write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "answer": 1}, {"question": "q"}])
     with pytest.raises(DatasetError) as info:
         load_rows(path, hub_loader=lambda: [], required=["question", "answer"], hub_name="gsm8k")
     assert str(info.value) == f"{path}: row 1: missing field 'answer'"

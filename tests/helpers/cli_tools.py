@@ -182,10 +182,6 @@ def run_tool(
     return proc
 
 
-def read_jsonl(path: Path) -> list[Any]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
 def read_wandb_records(path: Path) -> list[Any]:
     """Decode a W&B ``.wandb`` transaction log (LevelDB-style log records of protobuf ``Record``s)."""
     import struct
