@@ -271,7 +271,7 @@ class ArithmeticEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv)
         return env_config, [server]
 
     async def setup(self) -> None:
-        self.iter = 0
+        """Nothing to load: problems are generated from ``iter``."""
 
     async def get_next_item(self) -> Item:
         problem = self.task.train_problem(self.iter)

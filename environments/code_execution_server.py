@@ -347,7 +347,6 @@ class CodingEnv(LocalServerDefaults, SingleTurnEnv):
     async def setup(self) -> None:
         self.sandbox = self._make_sandbox()
         self.train, self.test = self._load()
-        self.iter = 0
 
     def prompt_messages(self, item: CodeProblem) -> list[dict[str, str]]:
         return [{"role": "system", "content": system_prompt}, {"role": "user", "content": item.statement}]

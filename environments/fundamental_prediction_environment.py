@@ -226,7 +226,6 @@ class FundamentalPredictionEnv(LocalServerDefaults, SingleTurnEnv):
                     f"{cfg.dataset_name}: {len(self.train)} rows, too few to hold out an evaluation set"
                 )
             self.test, self.train = self.train[:held_out], self.train[held_out:]
-        self.iter = 0
 
     # -- prompting and scoring --------------------------------------------------------------------------
     def prompt_messages(self, item: FundamentalsItem) -> list[dict[str, str]]:

@@ -114,7 +114,6 @@ class GSM8kEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
         self.test = [{"question": row["question"], "gold_answer": gold_number(row["answer"])} for row in test]
         if self.config.eval_limit is not None:
             self.test = self.test[: self.config.eval_limit]
-        self.iter = 0
 
     async def rollout_and_score_eval(self, question: str, answer: str) -> dict:
         messages = [

@@ -175,7 +175,6 @@ class InstructionFollowingEnv(LocalServerDefaults, SingleTurnEnv):
 
     async def setup(self) -> None:
         self.train, self.test = self._load()
-        self.iter = 0
 
     def prompt_messages(self, item: IFEvalItem) -> list[dict[str, str]]:
         return [{"role": "system", "content": system_prompt}, {"role": "user", "content": item.prompt}]

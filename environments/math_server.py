@@ -198,7 +198,6 @@ class MathEnv(LocalServerDefaults, SingleTurnEnv):
     async def setup(self) -> None:
         self.train = self.load_train()
         self.test = self.load_eval() if self.config.run_evaluation else []
-        self.iter = 0
 
     # -- prompting and scoring --------------------------------------------------------------------------
     def prompt_messages(self, item: MathItem) -> list[dict[str, str]]:

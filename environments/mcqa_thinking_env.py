@@ -198,7 +198,6 @@ class MCQAThinkingEnv(LocalServerDefaults, SingleTurnEnv):
         self.train = self._items(cfg.dataset_path, cfg.dataset_split)
         random.Random(42).shuffle(self.train)
         self.test = self._items(cfg.eval_dataset_path or cfg.dataset_path, cfg.eval_split)
-        self.iter = 0
 
     def prompt_messages(self, item: MCQAItem) -> list[dict[str, str]]:
         return [{"role": "system", "content": system_prompt}, {"role": "user", "content": user_prompt(item)}]

@@ -220,7 +220,7 @@ class MultimodalCountingEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, 
         return CountingEnvConfig(group_size=8, batch_size=12)
 
     async def setup(self) -> None:
-        self.iter = 0
+        """Nothing to load: pictures are generated from ``iter``."""
 
     async def get_next_item(self) -> CountingItem:
         item = make_item(self.config.seed + self.iter, self.config)

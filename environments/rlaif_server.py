@@ -269,7 +269,6 @@ class RLAIFEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
                     f"{cfg.dataset_name}: {len(items)} rows, too few to hold out eval_size={cfg.eval_size}"
                 )
             self.train, self.test = items[cfg.eval_size :], items[: cfg.eval_size]
-        self.iter = 0
 
     async def get_next_item(self) -> ChatItem:
         return self.next_in_turn(self.train)

@@ -186,7 +186,6 @@ class ToolCallingEnv(LocalServerDefaults, SingleTurnEnv):
 
     async def setup(self) -> None:
         self.train, self.test = self._load()
-        self.iter = 0
 
     def prompt_messages(self, item: ToolCallingItem) -> list[dict[str, str]]:
         return [dict(message) for message in item.messages]

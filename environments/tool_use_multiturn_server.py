@@ -233,7 +233,6 @@ class MultiTurnToolCallingEnv(LocalServerDefaults, MultiTurnEnv):
         random.Random(42).shuffle(self.train)
         self.test = self._items(test)
         self.tools = await self.build_tools()
-        self.iter = 0
 
     async def get_next_item(self) -> ToolUseItem:
         return self.next_in_turn(self.train)
