@@ -2,13 +2,16 @@
 
 Every :class:`~atroposlib.api.config.ApiConfig` field is a flag (``--max-queue-sequences``) and
 a key of the ``--config`` YAML file; flags win over the file. Bad flags or values print one
-line and exit with status 2; an unusable data directory exits with status 1.
+line and exit with status 2; a port already in use or an unusable data directory exits with
+status 1, before anything is written to disk.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -113,12 +116,37 @@ def config_from_args(argv: list[str] | None = None) -> ApiConfig:
         _fail(str(exc))
 
 
+def bind_listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (as uvicorn binds it), for the server to listen on.
+
+    Raises:
+        SystemExit: status 1 with one line naming the port when another process holds it or the
+            address cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            _fail(
+                f"port {port} on {host} is already in use by another process; choose another with --port", 1
+            )
+        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", 1)
+    sock.set_inheritable(True)
+    return sock
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``run-api``."""
     config = config_from_args(argv)
     problem = config.bind_problem()
     if problem:
         _fail(problem)
+    # The port is taken before the store is opened, so a busy port leaves nothing on disk.
+    sock = bind_listening_socket(config.host, config.port)
 
     import uvicorn
 
@@ -135,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
         timeout_graceful_shutdown=10,
     )
     if config.reload:
+        # The reloading supervisor binds the port itself, in its own process.
+        sock.close()
         # The reloading supervisor imports the app in a fresh process: hand the config over.
         os.environ[CONFIG_ENV] = config.to_env_json()
         package_dir = Path(__file__).resolve().parents[1]
@@ -146,8 +176,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         store = open_store(config)
     except StoreError as exc:
+        sock.close()
         _fail(str(exc), code=1)
-    uvicorn.run(create_app(config, store), **common)
+    uvicorn.Server(uvicorn.Config(create_app(config, store), **common)).run(sockets=[sock])
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -220,3 +221,22 @@ def test_structured_json_logs(tmp_path):
     assert by_message["trainer registered"]["batch_size"] == 4
     assert by_message["Sending batch of 4 sequences"]["groups"] == 1
     assert all({"ts", "level", "logger", "message"} <= set(r) for r in records)
+
+
+def test_port_in_use_fails_with_one_line_and_writes_nothing(tmp_path):
+    """A busy port is named, with how to choose another, before the data directory is created."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    data_dir = tmp_path / "api"
+    try:
+        result = run_cli(["--port", str(port), "--data-dir", str(data_dir)])
+    finally:
+        holder.close()
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        f"run-api: error: port {port} on 127.0.0.1 is already in use by another process; choose another with --port"
+    ]
+    assert not data_dir.exists()
