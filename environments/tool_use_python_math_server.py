@@ -1,4 +1,5 @@
-"""Multi-turn tool use: the model calls tools over several turns, then answers in ``\\boxed{}``.
+"""Math with tools: the model calls a sandboxed Python tool and a calculator over several turns, then
+answers in ``\\boxed{}``.
 
 Data: question/answer rows. By default ``datasets.load_dataset("gsm8k", "main")`` (train split for
 rollouts, test split for evaluation): word problems whose arithmetic the tools can do. Any hub set with
@@ -30,7 +31,7 @@ MT-GRPO per-token advantages (each assistant turn's tokens get its turn-level ad
 Token-exact: each episode is one ManagedServer sequence; only the model's own tokens are trained, the
 prompt and the tool responses are masked. Needs ``--openai.server_type vllm`` or ``sglang``.
 
-``python environments/tool_use_multiturn_server.py {serve,process,evaluate} --openai.base_url ...``
+``python environments/tool_use_python_math_server.py {serve,process,evaluate} --openai.base_url ...``
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def answer_is_correct(reply: str, gold: str) -> bool:
     return bool(predicted and expected and verify(expected, predicted))
 
 
-class ToolUseEnvConfig(MultiTurnEnvConfig):
+class PythonMathToolUseConfig(MultiTurnEnvConfig):
     """MultiTurnEnvConfig plus the data, the tools and the per-turn rewards."""
 
     group_size: int = 8
@@ -136,7 +137,7 @@ class ToolUseEnvConfig(MultiTurnEnvConfig):
 class ToolSession:
     """One episode: the question, the tools, and the final reply once the model stops calling."""
 
-    def __init__(self, item: ToolUseItem, tools: dict[str, Tool], config: ToolUseEnvConfig):
+    def __init__(self, item: ToolUseItem, tools: dict[str, Tool], config: PythonMathToolUseConfig):
         self.item = item
         self.tools = tools
         self.config = config
@@ -164,26 +165,26 @@ class ToolSession:
         return Feedback(messages=[message], reward=reward, info=info)
 
 
-class MultiTurnToolCallingEnv(LocalServerDefaults, MultiTurnEnv):
+class PythonMathToolUseEnv(LocalServerDefaults, MultiTurnEnv):
     """Questions answered with tools over several turns (see the module docstring)."""
 
-    name = "multiturn_tool_use"
-    env_config_cls = ToolUseEnvConfig
-    config: ToolUseEnvConfig
+    name = "tool_use_python_math"
+    env_config_cls = PythonMathToolUseConfig
+    config: PythonMathToolUseConfig
     default_server_port = 9004
     default_server_settings = {"server_type": "vllm", "num_max_requests_at_once": 32}
     #: Where tool names are looked up; subclasses may use their own registry.
     tool_registry: ToolRegistry = registry
 
-    def __init__(self, config: ToolUseEnvConfig, server_configs, slurm=False, testing=False):
+    def __init__(self, config: PythonMathToolUseConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.train: list[ToolUseItem] = []
         self.test: list[ToolUseItem] = []
         self.tools: dict[str, Tool] = {}
 
     @classmethod
-    def default_env_config(cls) -> ToolUseEnvConfig:
-        return ToolUseEnvConfig(
+    def default_env_config(cls) -> PythonMathToolUseConfig:
+        return PythonMathToolUseConfig(
             total_steps=2000,
             batch_size=1024,
             eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
@@ -265,4 +266,4 @@ class MultiTurnToolCallingEnv(LocalServerDefaults, MultiTurnEnv):
 
 
 if __name__ == "__main__":
-    MultiTurnToolCallingEnv.cli()
+    PythonMathToolUseEnv.cli()

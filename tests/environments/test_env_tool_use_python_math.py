@@ -1,4 +1,4 @@
-"""Multi-turn tool use: tools over several turns, failures reported to the model, masking, MT-GRPO, ``process``."""
+"""Math with tools (python, calculator): tools over several turns, failures reported to the model, masking, MT-GRPO, ``process``."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from atroposlib.envs.tools import CalculatorTool, ToolRegistry
 from atroposlib.group import check_group
 from atroposlib.sandbox import SandboxError
 from atroposlib.testing.scripted_server import launch_scripted_server
-from environments.tool_use_multiturn_server import (
-    MultiTurnToolCallingEnv,
-    ToolUseEnvConfig,
+from environments.tool_use_python_math_server import (
+    PythonMathToolUseConfig,
+    PythonMathToolUseEnv,
     ToolUseItem,
     answer_is_correct,
     gold_answer,
@@ -27,7 +27,7 @@ SAMPLE = FIXTURES / "tool_use_sample.jsonl"
 ITEM = ToolUseItem("A box holds 12 pencils. How many pencils are in 17 boxes?", "204")
 
 
-def _env(tiny_model_dir, base_url="http://127.0.0.1:9/v1", **overrides) -> MultiTurnToolCallingEnv:
+def _env(tiny_model_dir, base_url="http://127.0.0.1:9/v1", **overrides) -> PythonMathToolUseEnv:
     values = {
         "tokenizer_name": str(tiny_model_dir),
         "use_wandb": False,
@@ -38,7 +38,7 @@ def _env(tiny_model_dir, base_url="http://127.0.0.1:9/v1", **overrides) -> Multi
         **overrides,
     }
     server = APIServerConfig(base_url=base_url, model_name="m", server_type="vllm")
-    return MultiTurnToolCallingEnv(ToolUseEnvConfig(**values), server)
+    return PythonMathToolUseEnv(PythonMathToolUseConfig(**values), server)
 
 
 def _responses(episode) -> list[dict]:
@@ -145,14 +145,14 @@ class BrokenTool:
 
 
 async def test_a_tool_that_raises_and_a_user_registered_tool(tiny_model_dir):
-    class WithLookup(MultiTurnToolCallingEnv):
+    class WithLookup(PythonMathToolUseEnv):
         tool_registry = ToolRegistry()
 
     WithLookup.tool_registry.register("lookup", BrokenTool)
     WithLookup.tool_registry.register("calculator", CalculatorTool)
     respond = episode_responder([[tool_call("lookup", key="pencils"), "I could not find it: \\boxed{0}"]])
     with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
-        config = ToolUseEnvConfig(
+        config = PythonMathToolUseConfig(
             tokenizer_name=str(tiny_model_dir),
             use_wandb=False,
             dataset_path=str(SAMPLE),
@@ -238,7 +238,7 @@ def test_process_writes_token_exact_groups(scripted, tiny_model_dir):
     counter = itertools.count()
     args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "2",
             "--env.max_tokens_per_turn", "256"]  # fmt: skip
-    groups = scripted.process(MultiTurnToolCallingEnv, args, respond)
+    groups = scripted.process(PythonMathToolUseEnv, args, respond)
     assert len(groups) == 2
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     for group in groups:
@@ -263,7 +263,7 @@ def test_evaluate_reports_accuracy_and_tool_use(scripted):
         return f"\\boxed{{{golds[question]}}}"
 
     args = ["--env.dataset_path", SAMPLE, "--env.tools", '["calculator"]', "--env.max_tokens_per_turn", "256"]
-    metrics, samples, _ = scripted.evaluate(MultiTurnToolCallingEnv, args, respond)
+    metrics, samples, _ = scripted.evaluate(PythonMathToolUseEnv, args, respond)
     assert metrics["eval/percent_correct"] == 1.0 and metrics["eval/tool_calls"] == 1.0
     assert metrics["eval/mean_turns"] == 2.0 and metrics["eval/tool_errors"] == 0.0
     assert len(samples) == 6
