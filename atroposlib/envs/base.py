@@ -153,8 +153,8 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
             if str(path) != str(config.data_path_to_save_groups):
                 logger.info("%s exists; writing groups to %s", config.data_path_to_save_groups, path)
                 config.data_path_to_save_groups = str(path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.jsonl_writer = JsonlWriter(path, mode="w").open()
+            # Created on the first accepted group: a run that produces none leaves no empty file behind.
+            self.jsonl_writer = JsonlWriter(path, mode="w")
 
     # ------------------------------------------------------------------------------------------------------
     # Configuration

@@ -90,6 +90,15 @@ async def test_process_ends_when_items_run_out(tiny_model_dir, tmp_path, scripte
     assert len((tmp_path / "out" / "groups.jsonl").read_text().splitlines()) == 3
 
 
+async def test_process_without_a_group_leaves_no_files(tiny_model_dir, tmp_path, scripted):
+    """Nothing is written until there is a group, so the next run is not pushed to ``groups_1.jsonl``."""
+    env = process_env(tiny_model_dir, tmp_path, scripted, total_steps=3, num_items=0)
+    await env.process_manager()
+    assert not (tmp_path / "out").exists()
+    again = process_env(tiny_model_dir, tmp_path, scripted, total_steps=1)
+    assert again.config.data_path_to_save_groups == str(tmp_path / "out" / "groups.jsonl")
+
+
 async def test_evaluate_mode_runs_setup_and_evaluate_with_offline_wandb(
     tiny_model_dir, tmp_path, scripted, monkeypatch
 ):
