@@ -10,14 +10,20 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+if TYPE_CHECKING:
+    from example_trainer.data import ScoreShaping
+    from example_trainer.loss import LossSettings
+
 OptimizerName = Literal["adamw", "adamw_8bit", "adafactor"]
 WeightBridgeMode = Literal["shared_vllm", "lora_only", "lora_restart", "none"]
-RefreshMode = Literal["restart", "reload"]
+RefreshMode = Literal["restart", "reload", "broadcast"]
 DistributedStrategy = Literal["ddp", "fsdp"]
+LossTypeName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
+AdvantageName = Literal["grpo", "rloo", "none"]
 
 
 def _default_device() -> str:
@@ -144,8 +150,29 @@ class TrainingConfig(BaseModel):
     # --- added by atroposlib 0.5 ---------------------------------------------------------------
     kl_coef: float = Field(0.0, ge=0, description="weight of the KL penalty to the frozen initial model")
     resume: str | None = Field(None, description='"latest" or a checkpoint directory to resume from')
-    refresh_mode: RefreshMode = Field("restart", description="vLLM refresh in mode none: restart or reload")
-    max_staleness: int | None = Field(None, ge=0, description="drop groups generated more than N steps ago")
+    refresh_mode: RefreshMode = Field(
+        "restart",
+        description="vLLM refresh in mode none: restart, reload (in place, from the checkpoint) or broadcast "
+        "(in place, weights sent straight to the servers' workers over torch.distributed; no checkpoint "
+        "is written for it, only every --checkpoint-interval steps)",
+    )
+    weight_broadcast_backend: Literal["auto", "gloo", "nccl"] = Field(
+        "auto",
+        description="process group of --refresh-mode broadcast: gloo (CPU memory), nccl (trainer and servers "
+        "on different GPUs); auto: nccl for remote servers of a CUDA trainer, else gloo",
+    )
+    weight_broadcast_host: str | None = Field(
+        None,
+        description="address the inference servers reach the trainer at for --refresh-mode broadcast "
+        "(default: 127.0.0.1 for the local server, this host's name for remote servers)",
+    )
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="train no group generated more than N steps before the step that trains it (older ones "
+        "are dropped and counted); give environments the same bound (--env.max_staleness) so that they "
+        "wait instead of generating them",
+    )
     api_key: str | None = Field(
         default_factory=lambda: os.environ.get("ATROPOS_API_KEY") or None,
         description="bearer token for the API (default $ATROPOS_API_KEY)",
@@ -179,6 +206,52 @@ class TrainingConfig(BaseModel):
     )
     distributed_timeout: float = Field(
         1800.0, gt=0, description="seconds a collective may wait (checkpoint writes, slow batches)"
+    )
+    # --- losses (example_trainer.loss, example_trainer.advantages) --------------------------------
+    loss_type: LossTypeName = Field(
+        "grpo",
+        description="grpo (per-sequence token mean), dr_grpo (constant length normaliser, no std scaling), "
+        "dapo (token mean over the step, clip-higher), gspo (sequence-level ratio), cispo (clipped, "
+        "detached importance weights, gradient through every token)",
+    )
+    clip_eps_low: float | None = Field(
+        None, gt=0, lt=1, description="lower clip range: ratio >= 1 - clip_eps_low (default: --clip-eps)"
+    )
+    clip_eps_high: float | None = Field(
+        None, gt=0, description="upper clip range: ratio <= 1 + clip_eps_high (default: --clip-eps)"
+    )
+    advantage: AdvantageName = Field(
+        "grpo",
+        description="group baseline: grpo (mean, divided by the std except for dr_grpo), rloo "
+        "(leave-one-out mean), none (raw scores)",
+    )
+    max_completion_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="the environments' generation budget: dr_grpo's length normaliser (default: the "
+        "step's longest completion) and the overlong penalty's limit",
+    )
+    overlong_buffer: int | None = Field(
+        None,
+        ge=0,
+        description="DAPO's overlong penalty: completions within this many tokens of "
+        "--max-completion-tokens lose reward linearly, down to -1 beyond it (None: off)",
+    )
+    tis_cap: float | None = Field(
+        None,
+        ge=1,
+        description="truncated importance sampling between the inference engine's and the trainer's "
+        "logprobs: each token's loss is weighted by min(pi_trainer / pi_inference, cap) (None: off; the "
+        "ratio is then taken against the inference logprobs)",
+    )
+    rl_coef: float = Field(1.0, ge=0, description="weight of the policy-gradient loss (0: pure distillation)")
+    distill_coef: float = Field(
+        0.0, ge=0, description="weight of the distillation term where groups carry teacher logprobs"
+    )
+    distill_kind: Literal["reverse", "forward"] = Field(
+        "reverse",
+        description="reverse: KL(student || teacher) on the student's own tokens; forward: KL(teacher || "
+        "student) over the teacher's top-k",
     )
     distributed_strategy: DistributedStrategy = Field(
         "ddp",
@@ -222,6 +295,10 @@ class TrainingConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_modes(self) -> TrainingConfig:
+        if self.overlong_buffer is not None and self.max_completion_tokens is None:
+            raise ValueError("overlong_buffer needs max_completion_tokens (the generation budget)")
+        if self.rl_coef == 0 and self.distill_coef == 0:
+            raise ValueError("rl_coef and distill_coef are both 0: nothing to train")
         if self.weight_bridge_mode not in ("lora_only", "lora_restart") and self.lora_layer_indices:
             raise ValueError("lora_layer_indices needs --weight-bridge-mode lora_only or lora_restart")
         if self.inference_server_urls and self.num_inference_nodes > 0:
@@ -239,12 +316,47 @@ class TrainingConfig(BaseModel):
                     f"distributed_strategy fsdp needs optimizer adamw ({self.optimizer} does not run on "
                     "sharded parameters)"
                 )
+            if self.refresh_mode == "broadcast":
+                raise ValueError("refresh_mode broadcast sends one process's full weights; use ddp with it")
+        if self.weight_bridge_mode == "shared_vllm":
+            if self.distributed_strategy == "fsdp" or self.world_size > 1:
+                raise ValueError("shared_vllm trains the one local server's weights in one trainer process")
+            if self.inference_server_urls or self.num_inference_nodes > 0:
+                raise ValueError("shared_vllm shares memory with a local server; remote servers cannot share it")
         return self
 
     # --- derived values ------------------------------------------------------------------------
     @property
     def is_lora(self) -> bool:
         return self.weight_bridge_mode in ("lora_only", "lora_restart")
+
+    @property
+    def loss_settings(self) -> LossSettings:
+        """What the loss computes (:class:`example_trainer.loss.LossSettings`)."""
+        from example_trainer.loss import LossSettings
+
+        return LossSettings(
+            loss_type=self.loss_type,
+            clip_eps_low=self.clip_eps if self.clip_eps_low is None else self.clip_eps_low,
+            clip_eps_high=self.clip_eps if self.clip_eps_high is None else self.clip_eps_high,
+            kl_coef=self.kl_coef,
+            tis_cap=self.tis_cap,
+            rl_coef=self.rl_coef,
+            distill_coef=self.distill_coef,
+            distill_kind=self.distill_kind,
+        )
+
+    @property
+    def score_shaping(self) -> ScoreShaping:
+        """How scores become advantages (:class:`example_trainer.data.ScoreShaping`)."""
+        from example_trainer.data import ScoreShaping
+
+        overlong = None
+        if self.overlong_buffer is not None and self.max_completion_tokens is not None:
+            overlong = (self.max_completion_tokens, self.overlong_buffer)
+        return ScoreShaping(
+            advantage=self.advantage, scale_by_std=self.loss_type != "dr_grpo", overlong=overlong
+        )
 
     @property
     def api_batch_size(self) -> int:

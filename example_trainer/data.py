@@ -35,7 +35,9 @@ import numpy as np
 import torch
 
 from atroposlib.group import MASKED, CheckOptions, check_group
+from example_trainer.advantages import AdvantageType, group_advantages, overlong_penalty
 from example_trainer.reporting import WarnOnce
+from example_trainer.teacher_data import label_logprobs, sequence_teacher_rows, teacher_tensors
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +65,25 @@ class MicroBatch:
     temperatures: torch.Tensor  #: [B, 1, 1] float32 sampling temperature of each sequence
     #: [B, K] float32 rollout logprobs, NaN where unknown; None when unknown for every sequence
     inference_logprobs: torch.Tensor | None
+    #: [B, K, k] the teacher's top-k ids (-1 padding) and log-probabilities (NaN padding), and [B, K] its
+    #: log-probability of each label (NaN: not reported); None when no sequence carries teacher data
+    teacher_topk_ids: torch.Tensor | None = None
+    teacher_topk_logprobs: torch.Tensor | None = None
+    teacher_logprobs: torch.Tensor | None = None
 
     @property
     def num_sequences(self) -> int:
         return int(self.tokens.shape[0])
+
+
+@dataclass(frozen=True)
+class ScoreShaping:
+    """How scores become advantages: the estimator (``--advantage``), whether the group's standard
+    deviation divides them, and DAPO's overlong penalty ``(max_tokens, buffer)`` (None: off)."""
+
+    advantage: AdvantageType = "grpo"
+    scale_by_std: bool = True
+    overlong: tuple[int, int] | None = None
 
 
 @dataclass
@@ -80,6 +97,8 @@ class PreparedBatch:
     mean_score: float  #: mean raw score over all sequences
     has_inference_logprobs: bool  #: at least one sequence carried usable rollout logprobs
     seq_len: int  #: K
+    longest_completion: int = 1  #: the most trained tokens of one sequence
+    has_teacher: bool = False  #: at least one sequence carried teacher logprobs
 
 
 def padded_length(max_len: int) -> int:
@@ -147,15 +166,32 @@ def split_stale_groups(
     return fresh, stale
 
 
+def staleness_histogram(groups: Sequence[Mapping[str, Any]], current_step: int) -> dict[int, int]:
+    """How many of ``groups`` were generated ``k`` steps before ``current_step``, per ``k`` (groups without
+    a recorded policy step are left out)."""
+    histogram: dict[int, int] = {}
+    for group in groups:
+        step = group_policy_step(group)
+        if step is not None:
+            histogram[current_step - step] = histogram.get(current_step - step, 0) + 1
+    return dict(sorted(histogram.items()))
+
+
 def prepare_batch(
-    groups: Sequence[Mapping[str, Any]], batch_size: int, extract_inference_logprobs: bool = True
+    groups: Sequence[Mapping[str, Any]],
+    batch_size: int,
+    extract_inference_logprobs: bool = True,
+    shaping: ScoreShaping | None = None,
 ) -> PreparedBatch:
     """Pad, normalise and micro-batch one API batch (see the module docstring for the exact rules).
 
     ``batch_size`` is the micro-batch size in sequences. Raises ``ValueError`` for an empty batch or
     a group that breaks the scored-group contract (:func:`atroposlib.group.check_group`: tokens,
-    masks and scores disagree in count or length, an empty sequence, ...).
+    masks and scores disagree in count or length, an empty sequence, ...). ``shaping`` (default: the
+    GRPO advantage of the module docstring) selects the advantage estimator and the overlong penalty
+    (:mod:`example_trainer.advantages`); teacher logprobs are read by :mod:`example_trainer.teacher_data`.
     """
+    shaping = shaping or ScoreShaping()
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     rows_tokens: list[list[int]] = []
@@ -165,13 +201,20 @@ def prepare_batch(
     temps: list[float] = []
     logprobs: list[list[float] | None] = []
     scores: list[float] = []
+    teacher: list[tuple[list, list] | None] = []
 
     for g, group in enumerate(groups):
         problems = check_group(group, _SERVED)
         if problems:
             raise ValueError(f"group {g}: {problems[0]}")
         tokens, masks, group_scores = group["tokens"], group["masks"], group["scores"]
-        advantages = normalize_scores(group_scores)
+        shaped = [float(x) for x in group_scores]
+        if shaping.overlong is not None:
+            trained = [sum(1 for t in m if t != IGNORE_INDEX) for m in masks]
+            shaped = [
+                x + overlong_penalty(n, *shaping.overlong) for x, n in zip(shaped, trained, strict=True)
+            ]
+        advantages = group_advantages(shaped, shaping.advantage, shaping.scale_by_std)
         for i, (seq, mask) in enumerate(zip(tokens, masks, strict=True)):
             zero = bool(_override(group, i).get("set_advantage_to_zero"))
             rows_tokens.append(list(seq))
@@ -182,6 +225,7 @@ def prepare_batch(
             temps.append(sequence_temperature(group, i))
             lp = _row(group.get("inference_logprobs"), i, len(seq), "inference_logprobs")
             logprobs.append(lp if extract_inference_logprobs else None)
+            teacher.append(sequence_teacher_rows(group, i, len(seq)))
             scores.append(float(group_scores[i]))
 
     if not rows_tokens:
@@ -210,6 +254,8 @@ def prepare_batch(
     tok_adv_t = torch.from_numpy(tok_adv_np[:, 1:].copy())
     temps_t = torch.tensor(temps, dtype=torch.float32).view(n, 1, 1)
     logprob_t = torch.from_numpy(logprob_np[:, 1:].copy())
+    teacher_t = teacher_tensors(teacher, k + 1)
+    has_teacher = np.array([t is not None for t in teacher])
 
     micro: list[MicroBatch] = []
     for start in range(0, n, batch_size):
@@ -223,6 +269,10 @@ def prepare_batch(
                 inference_logprobs=logprob_t[sl] if has_lp[sl].any() else None,
             )
         )
+        if teacher_t is not None and has_teacher[sl].any():
+            mb = micro[-1]
+            mb.teacher_topk_ids, mb.teacher_topk_logprobs = teacher_t[0][sl], teacher_t[1][sl]
+            mb.teacher_logprobs = label_logprobs(mb.teacher_topk_ids, mb.teacher_topk_logprobs, mb.labels)
     return PreparedBatch(
         micro_batches=micro,
         num_sequences=n,
@@ -231,6 +281,8 @@ def prepare_batch(
         mean_score=float(np.mean(scores)),
         has_inference_logprobs=bool(has_lp.any()),
         seq_len=k,
+        longest_completion=max(1, int((labels != IGNORE_INDEX).sum(dim=1).max())),
+        has_teacher=bool(has_teacher.any()),
     )
 
 

@@ -6,10 +6,14 @@ date. Modes differ only in what reaches vLLM:
 
 ========================  ===============================================================================
 ``none`` (legacy)         full checkpoints ``step_N``; vLLM restarted on (or, ``--refresh-mode reload``,
-                          reloaded in place from) the new checkpoint every ``--vllm-restart-interval`` steps
+                          reloaded in place from) the new checkpoint every ``--vllm-restart-interval`` steps;
+                          ``--refresh-mode broadcast``: the weights are broadcast into the servers' workers
+                          (:mod:`example_trainer.weight_broadcast`), no checkpoint is needed for it
 ``lora_only``             adapters ``adapter_step_N``; hot-swapped into an externally started vLLM
 ``lora_restart``          adapters ``adapter_step_N``; vLLM restarted with the new adapter
-``shared_vllm``           CUDA IPC weight sharing: not available in this release (raises)
+``shared_vllm``           one copy of the weights: the trainer trains the local server's own tensors in place
+                          (CUDA IPC or CPU shared memory, :mod:`example_trainer.shared_weights`); nothing
+                          to refresh; checkpoints every ``--checkpoint-interval`` steps
 ========================  ===============================================================================
 
 **Acknowledgement and resume.** A batch is acknowledged (``POST /batch/ack``) once a checkpoint containing
@@ -43,7 +47,7 @@ from example_trainer.checkpointing import (
     save_checkpoint,
 )
 from example_trainer.config import TrainingConfig
-from example_trainer.data import prepare_batch, split_stale_groups
+from example_trainer.data import prepare_batch, split_stale_groups, staleness_histogram
 from example_trainer.distributed import (
     BatchChannel,
     DistContext,
@@ -70,11 +74,6 @@ EvalHook = Callable[[int, Path | None], Mapping[str, float] | None]
 #: second, and every poll interval is added to a step whose batch was not ready yet.
 BATCH_POLL_S = 0.05
 
-SHARED_VLLM_UNAVAILABLE = (
-    "weight_bridge_mode shared_vllm shares weights with vLLM through CUDA IPC handles and needs a patched "
-    "GPU vLLM; it is not available in this release. Use --weight-bridge-mode none (restart or "
-    "--refresh-mode reload), lora_only or lora_restart."
-)
 
 
 @dataclass
@@ -110,6 +109,7 @@ class InferenceSync:
         self.external_url: str | None = None
         self.remote_urls: list[str] = []
         self.active = config.use_vllm
+        self.broadcaster: Any = None
 
     @property
     def root_url(self) -> str:
@@ -130,7 +130,7 @@ class InferenceSync:
             if adapter_dir is not None:
                 self._refresh_remote(adapter_dir, adapter_dir.name)
             return
-        if self.config.weight_bridge_mode == "lora_only" and _healthy(self.root_url):
+        if self.config.weight_bridge_mode in ("lora_only", "shared_vllm") and _healthy(self.root_url):
             logger.info("using the inference server already running at %s", self.root_url)
             self.external_url = self.root_url
             if adapter_dir is not None:
@@ -142,6 +142,49 @@ class InferenceSync:
         self.manager.start(model_path)
         if adapter_dir is not None:
             self.manager.load_lora(str(adapter_dir), "training_adapter")
+
+    @property
+    def server_root_urls(self) -> list[str]:
+        """The root URLs of the servers this run keeps up to date."""
+        if self.remote_urls:
+            return list(self.remote_urls)
+        if self.external_url is not None:
+            return [self.external_url]
+        return [self.manager.root_url] if self.manager is not None else []
+
+    def shared_model(self) -> Any:
+        """``shared_vllm``: the policy built over the local server's own weight tensors (no copy)."""
+        from example_trainer.model import _attn_implementation
+        from example_trainer.shared_weights import attach_manifest, build_shared_model, fetch_manifest
+
+        urls = self.server_root_urls
+        if len(urls) != 1:
+            raise RuntimeError("shared_vllm needs the one local inference server to be running")
+        manifest = fetch_manifest(urls[0], timeout=self.config.vllm_startup_timeout)
+        tensors = attach_manifest(manifest)
+        model = build_shared_model(self.config.model_name, tensors, _attn_implementation(self.config.device))
+        logger.info(
+            "training the inference server's own weights (%d tensors in %d shared buffer(s))",
+            len(tensors), len(manifest["buffers"]),
+        )  # fmt: skip
+        return model
+
+    def broadcast(self, model: Any) -> float:
+        """``--refresh-mode broadcast``: send ``model``'s weights into every server; returns the seconds."""
+        import socket
+
+        from example_trainer.weight_broadcast import WeightBroadcaster, unique_named_tensors
+
+        if self.broadcaster is None:
+            backend = self.config.weight_broadcast_backend
+            if backend == "auto":
+                backend = "nccl" if self.remote_urls and self.config.device.startswith("cuda") else "gloo"
+            host = self.config.weight_broadcast_host or (socket.getfqdn() if self.remote_urls else "127.0.0.1")
+            self.broadcaster = WeightBroadcaster(
+                self.server_root_urls, backend=backend, host=host, device=self.config.device,
+                timeout=self.config.vllm_startup_timeout,
+            )  # fmt: skip
+        return self.broadcaster.send(unique_named_tensors(model))
 
     def check(self) -> None:
         """Raise if the managed server died and could not be restarted (VllmDiedError)."""
@@ -187,6 +230,9 @@ class InferenceSync:
             )
 
     def stop(self) -> None:
+        if self.broadcaster is not None:
+            self.broadcaster.close()
+            self.broadcaster = None
         if self.manager is not None:
             try:
                 self.manager.stop()
@@ -265,6 +311,31 @@ def _load_model(config: TrainingConfig, resume_dir: Path | None, sharded: bool =
     return load_model_and_tokenizer(config, model_path=str(resume_dir))
 
 
+def _attach_shared_model(config: TrainingConfig, inference: InferenceSync, resume_dir: Path | None) -> tuple[Any, Any]:
+    """``shared_vllm``: start the local server on the initial weights and build the policy over its tensors;
+    when resuming, the checkpoint's weights are copied into them."""
+    from transformers import AutoTokenizer
+
+    inference.start(config.model_name)
+    try:
+        model = inference.shared_model()
+        if resume_dir is not None:
+            from safetensors.torch import load_file
+
+            state: dict[str, Any] = {}
+            for file in sorted(resume_dir.glob("*.safetensors")):
+                state.update(load_file(str(file)))
+            with torch.no_grad():
+                model.load_state_dict(state, strict=False)
+        from example_trainer.model import prepare_for_training
+
+        prepare_for_training(model, config)
+    except BaseException:
+        inference.stop()
+        raise
+    return model, AutoTokenizer.from_pretrained(config.model_name)
+
+
 def _reconcile_with_api(client: AtroposClient, step: int, resumed: bool) -> dict[str, Any]:
     """After (re)registration: replay unacknowledged batches when resuming and compare step counters."""
     replayed = client.replay() if resumed else 0
@@ -313,13 +384,10 @@ def train(
     results have none.
 
     Raises:
-        NotImplementedError: ``weight_bridge_mode == "shared_vllm"``.
         AtroposApiError: the API is unreachable (after bounded retries) or rejects the trainer.
         OSError / ValueError: the model or a checkpoint cannot be loaded, or the config does not fit the model.
         DistributedConfigError: launcher variables and flags disagree.
     """
-    if config.weight_bridge_mode == "shared_vllm":
-        raise NotImplementedError(SHARED_VLLM_UNAVAILABLE)
     ctx = init_distributed(config)
     try:
         return _train(config.model_copy(update={"device": ctx.device}), ctx, eval_hook, should_stop)
@@ -335,6 +403,7 @@ def _train(
 ) -> TrainingResult:
     should_stop = should_stop or (lambda: False)
     lora = config.is_lora
+    shared = config.weight_bridge_mode == "shared_vllm"
     main = ctx.is_main
     sharded = ctx.enabled and config.distributed_strategy == "fsdp"
 
@@ -347,7 +416,14 @@ def _train(
         client.wait_until_ready(config.api_timeout)  # before the (slow) model load: fail fast
     resume_dir = broadcast_object(ctx, resume_dir)  # every rank loads what rank 0 found
     seed_everything(config.seed)
-    model, tokenizer = _load_model(config, resume_dir, sharded)
+    inference = InferenceSync(config)
+    inference.active = inference.active and main
+    if shared:
+        if ctx.enabled or not config.use_vllm:
+            raise ValueError("shared_vllm trains the local server's weights: one trainer process, with --use-vllm")
+        model, tokenizer = _attach_shared_model(config, inference, resume_dir)
+    else:
+        model, tokenizer = _load_model(config, resume_dir, sharded)
     # FSDP replaces the parameters with sharded ones: the optimizer is built over those
     model = wrap_model(model, ctx, config.distributed_strategy)
     optimizer = create_optimizer(trainable_parameters(unwrap_model(model)), config)
@@ -365,8 +441,6 @@ def _train(
         api_info = _reconcile_with_api(client, start_step, resume_dir is not None)
 
     run_log: Any = RunLogger(config, resume_run_id=extra.get("wandb_run_id")) if main else _NoLogger()
-    inference = InferenceSync(config)
-    inference.active = inference.active and main
     result = TrainingResult(
         step=start_step, start_step=start_step, final_checkpoint=None, plot_path=None, rank=ctx.rank
     )
@@ -374,6 +448,7 @@ def _train(
         logger.info("checkpoint %s already has %d steps: nothing to train", resume_dir, start_step)
         result.final_checkpoint = resume_dir
         run_log.finish()
+        inference.stop()
         return result
 
     def run_eval(step: int, model_dir: Path | None) -> None:
@@ -400,8 +475,8 @@ def _train(
         return target
 
     def next_batch() -> tuple[int | None, list[dict[str, Any]] | None, Any]:
-        """Rank 0: (batch_id, fresh groups, prepared batch), or Nones to stop; acks batches with no fresh
-        groups itself."""
+        """Rank 0: (batch_id, stale groups, prepared batch), or Nones to stop; acks batches with no fresh
+        groups itself. Counts the groups dropped as stale and records the trained groups' staleness."""
         while not should_stop():
             progress.set_postfix_str("waiting for a batch", refresh=True)
             batch_id, groups = client.wait_for_batch(
@@ -410,6 +485,8 @@ def _train(
             if groups is None:
                 break
             fresh, stale = split_stale_groups(groups, step, config.max_staleness)
+            dropped["groups"] += len(stale)
+            dropped["sequences"] += sum(len(g["tokens"]) for g in stale)
             if stale:
                 logger.warning("dropped %d group(s) older than %d steps", len(stale), config.max_staleness)
             if not fresh:
@@ -417,11 +494,15 @@ def _train(
                     client.ack(batch_id)
                 continue
             inference.check()
-            return batch_id, stale, prepare_batch(fresh, config.batch_size)
+            staleness.clear()
+            staleness.update(staleness_histogram(fresh, step))
+            return batch_id, stale, prepare_batch(fresh, config.batch_size, shaping=config.score_shaping)
         return None, None, None
 
     from tqdm.auto import tqdm
 
+    dropped = {"groups": 0, "sequences": 0}  #: stale groups (and their sequences) dropped so far
+    staleness: dict[int, int] = {}  #: the trained batch's groups per staleness (steps)
     pending_acks: list[int] = []
     last_saved = start_step if resume_dir is not None else -1
     step = start_step
@@ -436,7 +517,8 @@ def _train(
         initial_adapter = None
         if config.weight_bridge_mode == "lora_restart" and config.use_vllm:  # the same on every rank
             initial_adapter = resume_dir or checkpoint(0, final=False)
-        inference.start(initial_model, initial_adapter)
+        if not shared:  # shared_vllm's server started before the model could be attached
+            inference.start(initial_model, initial_adapter)
         if start_step == 0:
             run_eval(0, None)
 
@@ -460,15 +542,20 @@ def _train(
                 if prepared is None:
                     break
             metrics = run_training_step(model, optimizer, prepared, config, step, ref_model, dist=ctx)
+            if shared and config.device.startswith("cuda"):
+                torch.cuda.synchronize()  # the server's next forward pass reads the finished update
             step += 1
             if batch_id is not None:
                 pending_acks.append(batch_id)
 
             final = step == config.training_steps
-            refresh_due = config.use_vllm and (step % config.vllm_restart_interval == 0 or final)
+            refresh_due = (
+                config.use_vllm and not shared and (step % config.vllm_restart_interval == 0 or final)
+            )
+            broadcast = refresh_due and not lora and config.refresh_mode == "broadcast"
             ckpt_due = (
                 final
-                or refresh_due
+                or (refresh_due and not broadcast)
                 or (config.checkpoint_interval > 0 and step % config.checkpoint_interval == 0)
             )
             saved: Path | None = None
@@ -482,7 +569,11 @@ def _train(
 
             record = {f"train/{k}": v for k, v in metrics.items()}
             record.update({"train/stale_groups": float(len(stale)), "train/batch_id": batch_id})
-            if refresh_due and saved is not None and inference.active:
+            if main:
+                record.update(staleness_record(staleness, dropped))
+            if broadcast and inference.active:
+                record["train/refresh_s"] = inference.broadcast(unwrap_model(model))
+            elif refresh_due and saved is not None and inference.active:
                 record["train/refresh_s"] = inference.refresh(saved, step)
             run_log.log(step, record)
             if main:
@@ -519,6 +610,19 @@ def _train(
     return result
 
 
+def staleness_record(histogram: Mapping[int, int], dropped: Mapping[str, int]) -> dict[str, float]:
+    """The metrics of one step's staleness: ``train/staleness/<k>`` groups trained ``k`` steps after they
+    were generated, their mean and maximum, and the stale groups/sequences dropped since the start."""
+    record = {f"train/staleness/{k}": float(n) for k, n in histogram.items()}
+    total = sum(histogram.values())
+    if total:
+        record["train/staleness_mean"] = sum(k * n for k, n in histogram.items()) / total
+        record["train/staleness_max"] = float(max(histogram))
+    record["train/stale_groups_total"] = float(dropped["groups"])
+    record["train/stale_sequences_total"] = float(dropped["sequences"])
+    return record
+
+
 def _require_mode(config: TrainingConfig, modes: tuple[str, ...], fn: str) -> None:
     if config.weight_bridge_mode not in modes:
         raise ValueError(f"{fn} needs weight_bridge_mode in {modes}, got {config.weight_bridge_mode!r}")
@@ -544,9 +648,13 @@ def train_lora_restart(
     return train(config, eval_hook, **kwargs)
 
 
-def train_shared_vllm(config: TrainingConfig, *args: Any, **kwargs: Any) -> TrainingResult:
-    """Mode ``shared_vllm`` (CUDA IPC weight sharing) is not available: always raises NotImplementedError."""
-    raise NotImplementedError(SHARED_VLLM_UNAVAILABLE)
+def train_shared_vllm(
+    config: TrainingConfig, eval_hook: EvalHook | None = None, **kwargs: Any
+) -> TrainingResult:
+    """Mode ``shared_vllm``: the trainer trains the local inference server's own weights in place (one copy;
+    generation sees every optimizer step without a refresh)."""
+    _require_mode(config, ("shared_vllm",), "train_shared_vllm")
+    return train(config, eval_hook, **kwargs)
 
 
 def checkpoint_dir_for(config: TrainingConfig, step: int, final: bool = False) -> Path:

@@ -20,7 +20,7 @@ from example_trainer.distributed import (
     no_sync,
     unwrap_model,
 )
-from example_trainer.loss import compute_grpo_loss, token_logprobs
+from example_trainer.loss import StepTotals, compute_grpo_loss, token_logprobs
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +134,7 @@ class SharedPrefixLayout:
     suffix_labels: torch.Tensor  #: [B, S]
     suffix_advantages: torch.Tensor  #: [B, 1] or [B, S]
     suffix_logprobs: torch.Tensor | None  #: [B, S]
+    suffix_teacher: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  #: [B, S, k] x2, [B, S]
 
 
 #: Share prompts only when at least this many rows share each distinct prefix on average.
@@ -194,6 +195,15 @@ def shared_prefix_layout(mb: MicroBatch) -> SharedPrefixLayout | None:
     logprobs = None
     if mb.inference_logprobs is not None:
         logprobs = torch.where(inside, mb.inference_logprobs.gather(1, index), float("nan"))
+    teacher = None
+    if mb.teacher_topk_ids is not None:
+        index3 = index.unsqueeze(-1).expand(-1, -1, mb.teacher_topk_ids.shape[-1])
+        inside3 = inside.unsqueeze(-1)
+        teacher = (
+            torch.where(inside3, mb.teacher_topk_ids.gather(1, index3), -1),
+            torch.where(inside3, mb.teacher_topk_logprobs.gather(1, index3), float("nan")),
+            torch.where(inside, mb.teacher_logprobs.gather(1, index), float("nan")),
+        )
     return SharedPrefixLayout(
         prefix_ids=prefix_ids,
         prefix_mask=prefix_mask,
@@ -204,6 +214,7 @@ def shared_prefix_layout(mb: MicroBatch) -> SharedPrefixLayout | None:
         suffix_labels=suffix_labels,
         suffix_advantages=advantages,
         suffix_logprobs=logprobs,
+        suffix_teacher=teacher,
     )
 
 
@@ -278,7 +289,15 @@ def run_training_step(
         local_micro_batches(batch, ctx, config.batch_size) if ctx.enabled else list(batch.micro_batches)
     )
     n_global = batch.num_sequences
+    totals = StepTotals(
+        sequences=n_global,
+        tokens=batch.num_trained_tokens,
+        longest=batch.longest_completion,
+        completion_budget=config.max_completion_tokens,
+        scale=ctx.world_size,  # gradients are averaged over the ranks
+    )
     sums: dict[str, float] = {}
+    maxima: dict[str, float] = {}  #: metrics that are maxima over the micro-batches (``*_max``)
     total_loss = 0.0
     start = time.perf_counter()
     computed = 0
@@ -297,6 +316,7 @@ def run_training_step(
                 labels = layout.suffix_labels.to(device)
                 advantages = layout.suffix_advantages
                 lam = None if layout.suffix_logprobs is None else layout.suffix_logprobs.to(device)
+                teacher = layout.suffix_teacher
             else:
                 first, end = window
                 keep = end - first
@@ -306,6 +326,13 @@ def run_training_step(
                 lam = (
                     None if mb.inference_logprobs is None else mb.inference_logprobs[:, first:end].to(device)
                 )
+                teacher = None
+                if mb.teacher_topk_ids is not None:
+                    teacher = (
+                        mb.teacher_topk_ids[:, first:end],
+                        mb.teacher_topk_logprobs[:, first:end],
+                        mb.teacher_logprobs[:, first:end],
+                    )
                 if config.kl_coef > 0:
                     ref_lp = _reference_logprobs(unwrap_model(model), ref_model, tokens, keep, labels, temps)
                 logits = forward_logits(model, tokens, keep)
@@ -315,17 +342,21 @@ def run_training_step(
                 advantages.to(device),
                 temps,
                 lam,
-                clip_eps=config.clip_eps,
-                # sequence weight 1/N; gradient averaging over ranks divides by the world size once more
-                gradient_accumulation_steps=n_global / (mb.num_sequences * ctx.world_size),
-                kl_coef=config.kl_coef,
                 ref_logprobs=ref_lp,
+                settings=config.loss_settings,
+                totals=totals,
+                teacher_topk_ids=None if teacher is None else teacher[0].to(device),
+                teacher_topk_logprobs=None if teacher is None else teacher[1].to(device),
+                teacher_logprobs=None if teacher is None else teacher[2].to(device),
             )
             out.loss.backward()
         computed += 1
         total_loss += float(out.loss.detach())
         for key, value in out.metrics.items():
-            sums[key] = sums.get(key, 0.0) + value
+            if key.endswith("_max"):
+                maxima[key] = max(maxima.get(key, value), value)
+            else:
+                sums[key] = sums.get(key, 0.0) + value
         del logits, out
     params = [p for g in optimizer.param_groups for p in g["params"]]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
@@ -339,6 +370,7 @@ def run_training_step(
     averaged = max(computed, 1)
     metrics = {k: v / averaged for k, v in sums.items() if not k.endswith("_count") and k != "trained_tokens"}
     metrics.update({k: v for k, v in sums.items() if k.endswith("_count") or k == "trained_tokens"})
+    metrics.update(maxima)  # this rank's micro-batches (rank 0 logs)
     metrics.update(
         loss=total_loss,
         lr=lr,
