@@ -17,13 +17,14 @@ import random
 import time
 from typing import Optional, TypedDict
 
-from datasets import load_dataset
+from datasets import Dataset
 from math_verify import LatexExtractionConfig, parse, verify
 from pydantic import Field
 from tqdm.asyncio import tqdm_asyncio
 
 from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
 from atroposlib.envs.config_defaults import LocalServerDefaults
+from atroposlib.envs.data_loading import hub_split, load_rows
 from atroposlib.envs.reporting import EvalReporting, IterCheckpoint
 from atroposlib.type_definitions import Item
 from atroposlib.utils.math_checking import reply_extraction
@@ -78,6 +79,7 @@ def _parse_gold(boxed_answer: str):
 class GSM8kEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
     name = "gsm8k"
     env_config_cls = GSM8kEnvConfig
+    trains_token_ids = True
     config: GSM8kEnvConfig
     default_model = DEFAULT_MODEL
 
@@ -95,17 +97,16 @@ class GSM8kEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
         )
 
     def _load_splits(self):
+        """Train and test rows (the hub's ``gsm8k``/``main`` or local files), each row checked for
+        ``question`` and ``answer``: a missing field is a :class:`DatasetError` naming file, row and field."""
         cfg = self.config
-        if cfg.dataset_path:
-            train = load_dataset("json", data_files=cfg.dataset_path, split="train")
-            test = load_dataset("json", data_files=cfg.eval_dataset_path or cfg.dataset_path, split="train")
-        else:
-            train = load_dataset("gsm8k", "main", split="train")
-            if cfg.eval_dataset_path:
-                test = load_dataset("json", data_files=cfg.eval_dataset_path, split="train")
-            else:
-                test = load_dataset("gsm8k", "main", split="test")
-        return train, test
+        required = ("question", "answer")
+        train = load_rows(
+            cfg.dataset_path, hub_split("gsm8k", "train", "main"), required, "gsm8k (main, train)"
+        )
+        eval_path = cfg.eval_dataset_path or cfg.dataset_path
+        test = load_rows(eval_path, hub_split("gsm8k", "test", "main"), required, "gsm8k (main, test)")
+        return Dataset.from_list(train), Dataset.from_list(test)
 
     async def setup(self):
         train, test = self._load_splits()

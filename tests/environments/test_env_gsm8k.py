@@ -6,7 +6,7 @@ import pytest
 
 from environments.gsm8k_server import GSM8kEnv, gold_number
 from tests.helpers.cli_runs import GSM8K_SAMPLE, gsm8k_responder, read_jsonl
-from tests.helpers.single_turn_runs import offline_env
+from tests.helpers.single_turn_runs import offline_env, setup_failure, write_jsonl
 
 ROWS = read_jsonl(GSM8K_SAMPLE)
 
@@ -43,6 +43,11 @@ async def test_setup_reads_a_local_jsonl(tiny_model_dir):
     assert all(item["gold_answer"] in golds for item in env.test)
     first = await env.get_next_item()
     assert set(first) >= {"question", "answer"} and env.iter == 1
+
+
+async def test_a_row_without_answer_names_file_row_and_field(tiny_model_dir, tmp_path):
+    path = write_jsonl(tmp_path / "gsm8k.jsonl", [ROWS[0], {"question": "What is 2+2?"}])
+    await setup_failure(_env(tiny_model_dir, dataset_path=path), f"{path}: row 1: missing field 'answer'")
 
 
 async def test_default_loader_is_the_hub_dataset(tiny_model_dir, hub_offline):
