@@ -20,6 +20,11 @@ trainer and the environments use::
   architecture into a second copy of the weights, which serves every batch started after the reply (a
   batch already running finishes on the old weights; the update does not wait for it).
 * ``GET /v1/models``: the served model name.
+* ``GET /bridge/shared_weights`` (with ``--shared-weights``): handles to the served parameters, which the
+  trainer maps and trains in place (:mod:`example_trainer.shared_weights`; CPU weights move to shared
+  memory, CUDA weights are shared through IPC handles); updates then need no route at all.
+* ``POST /bridge/init_weight_group`` and ``POST /bridge/receive_weights``: weights broadcast by the trainer
+  (:mod:`example_trainer.weight_broadcast`), loaded like a checkpoint but without the disk.
 
 Requests with the same sampling settings that are waiting when a batch starts are generated together
 (up to ``--max-batch-sequences`` sequences), so an environment with many groups in flight costs one
@@ -50,7 +55,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from example_trainer.vllm_api_server import (
     ApiError,
+    ReceiveWeightsBody,
     UpdateWeightsBody,
+    WeightGroupBody,
     _api_error_handler,
     _json_body,
     _parsed_body,
@@ -152,7 +159,15 @@ class HfGenerator:
     two batches. ``max_batch_sequences`` bounds the rows of one ``generate`` call.
     """
 
-    def __init__(self, model_dir: str, tokenizer_dir: str | None = None, max_batch_sequences: int = 1024):
+    def __init__(
+        self,
+        model_dir: str,
+        tokenizer_dir: str | None = None,
+        max_batch_sequences: int = 1024,
+        device: str = "cpu",
+        dtype: str = "float32",
+        shared_weights: bool = False,
+    ):
         import torch
         from transformers import AutoTokenizer
 
@@ -160,7 +175,17 @@ class HfGenerator:
 
         self.torch = torch
         self.model_dir = Path(model_dir)
+        self.device = torch.device(device)
         model, self.tokenizer = load_causal_lm(model_dir)
+        if dtype != "float32":
+            model.to(getattr(torch, dtype))
+        model.to(self.device)
+        #: With shared weights the trainer writes the parameters in place: one copy, never swapped.
+        self.shared_weights = shared_weights
+        self._manifest: dict[str, Any] | None = None
+        from example_trainer.weight_broadcast import WeightReceiver
+
+        self.receiver = WeightReceiver()
         if tokenizer_dir:
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         self.config_dict = model.config.to_dict()
@@ -265,11 +290,16 @@ class HfGenerator:
         rows = torch.repeat_interleave(torch.arange(len(jobs)), torch.tensor([j.params.n for j in jobs]))
         stop_ids = tuple(dict.fromkeys((*self.eos_ids, *params.stop_token_ids)))
         stop = torch.tensor(stop_ids or (-1,), dtype=torch.long)
+        dev = self.device
         with torch.inference_mode():
             from transformers import DynamicCache
 
             cache = DynamicCache()
             positions = (attention.cumsum(-1) - 1).clamp(min=0)
+            input_ids, attention, positions, rows = (
+                t.to(dev) for t in (input_ids, attention, positions, rows)
+            )
+            stop = stop.to(dev)
             out = model(
                 input_ids=input_ids, attention_mask=attention, position_ids=positions,
                 past_key_values=cache, use_cache=True, logits_to_keep=1,
@@ -282,9 +312,10 @@ class HfGenerator:
             logits = out.logits[:, -1].float().index_select(0, rows)
             attention = attention.index_select(0, rows)
             positions = positions[:, -1:].index_select(0, rows)
-            generated = torch.full((len(rows), params.max_tokens), self.pad_id, dtype=torch.long)
-            chosen = torch.zeros((len(rows), params.max_tokens))
-            alive = torch.arange(len(rows))  # the rows still generating, as rows of the full batch
+            generated = torch.full((len(rows), params.max_tokens), self.pad_id, dtype=torch.long, device=dev)
+            chosen = torch.zeros((len(rows), params.max_tokens), device=dev)
+            # the rows still generating, as rows of the full batch
+            alive = torch.arange(len(rows), device=dev)
             for step in range(params.max_tokens):
                 logp = torch.log_softmax(logits, dim=-1)
                 token = self._sample(logits, params) if params.temperature > 0 else logits.argmax(-1)
@@ -302,7 +333,9 @@ class HfGenerator:
                         cache.reorder_cache(keep)
                     alive, token = alive[keep], token[keep]
                     attention, positions = attention[keep], positions[keep]
-                attention = torch.cat([attention, torch.ones((len(alive), 1), dtype=torch.long)], dim=1)
+                attention = torch.cat(
+                    [attention, torch.ones((len(alive), 1), dtype=torch.long, device=dev)], dim=1
+                )
                 positions = positions + 1
                 out = model(
                     input_ids=token.unsqueeze(-1), attention_mask=attention, position_ids=positions,
@@ -310,7 +343,7 @@ class HfGenerator:
                 )  # fmt: skip
                 cache = out.past_key_values
                 logits = out.logits[:, -1].float()
-        gen_ids, gen_lps = generated.tolist(), chosen.tolist()
+        gen_ids, gen_lps = generated.cpu().tolist(), chosen.cpu().tolist()
         replies, row = [], 0
         for job in jobs:
             texts, finish, token_ids, logprobs = [], [], [], []
@@ -353,7 +386,7 @@ class HfGenerator:
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
         # Inverse-CDF sampling: one uniform number per row (cheaper on a CPU than torch.multinomial).
         cdf = probs.cumsum(-1)
-        draw = torch.rand((probs.shape[0], 1), dtype=cdf.dtype) * cdf[:, -1:]
+        draw = torch.rand((probs.shape[0], 1), dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
         return torch.searchsorted(cdf, draw, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
 
     # --- weights ------------------------------------------------------------------------------
@@ -373,7 +406,20 @@ class HfGenerator:
         state: dict[str, Any] = {}
         for file in files:
             state.update(load_file(str(file)))
+        return self.load_state(state, str(checkpoint_dir))
+
+    def load_state(self, state: dict[str, Any], source: str) -> float:
+        """Make ``state`` (parameter name -> tensor) the served weights, as :meth:`update_weights` does.
+
+        With shared weights the one copy is overwritten in place (the trainer's tensors change too).
+        """
         start = time.perf_counter()
+        if self.shared_weights:
+            model = self._models[self._active]
+            with self._update_lock, self.torch.no_grad():
+                self._check_keys(model, *model.load_state_dict(state, strict=False), source)
+                self.update_count += 1
+            return time.perf_counter() - start
         with self._update_lock:
             spare = 1 - self._active
             if self._models[spare] is None:
@@ -381,18 +427,34 @@ class HfGenerator:
             with self._cond:
                 self._cond.wait_for(lambda: self._busy[spare] == 0)
             model = self._models[spare]
-            missing, unexpected = model.load_state_dict(state, strict=False)
-            tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
-            missing = [k for k in missing if k not in tied]
-            if missing or unexpected:
-                raise CheckpointError(
-                    f"{checkpoint_dir} does not match the served model: missing {missing[:3]}, "
-                    f"unexpected {unexpected[:3]}"
-                )
+            self._check_keys(model, *model.load_state_dict(state, strict=False), source)
             with self._cond:
                 self._active = spare
             self.update_count += 1
         return time.perf_counter() - start
+
+    @staticmethod
+    def _check_keys(model: Any, missing: list[str], unexpected: list[str], source: str) -> None:
+        tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
+        missing = [k for k in missing if k not in tied]
+        if missing or unexpected:
+            raise CheckpointError(
+                f"{source} does not match the served model: missing {missing[:3]}, unexpected {unexpected[:3]}"
+            )
+
+    def shared_manifest(self) -> dict[str, Any]:
+        """Handles to the served parameters (:func:`example_trainer.shared_weights.export_parameters`)."""
+        from example_trainer.shared_weights import export_parameters
+
+        with self._update_lock:
+            if self._manifest is None:
+                self._manifest = export_parameters(self._models[self._active], str(self.model_dir))
+            return self._manifest
+
+    def receive_weights(self, specs: list[dict[str, Any]]) -> float:
+        """Receive one broadcast of the trainer's weights and serve them; returns the seconds it took."""
+        state = dict(self.receiver.receive(specs, self.device))
+        return self.load_state(state, "the broadcast weights")
 
 
 def build_app(
@@ -453,6 +515,30 @@ def build_app(
             "update_count": generator.update_count,
         }
 
+    @app.get("/bridge/shared_weights")
+    async def shared_weights() -> dict[str, Any]:
+        if not generator.shared_weights:
+            raise ApiError(409, "this server was started without --shared-weights")
+        return await asyncio.to_thread(generator.shared_manifest)
+
+    @app.post("/bridge/init_weight_group")
+    async def init_weight_group(request: Request) -> dict[str, Any]:
+        parsed = await _parsed_body(request, WeightGroupBody)
+        await asyncio.to_thread(
+            generator.receiver.join, parsed.host, parsed.port, parsed.world_size, parsed.rank, parsed.backend,
+            parsed.timeout,
+        )  # fmt: skip
+        return {"status": "joined", "rank": parsed.rank, "world_size": parsed.world_size}
+
+    @app.post("/bridge/receive_weights")
+    async def receive_weights(request: Request) -> dict[str, Any]:
+        parsed = await _parsed_body(request, ReceiveWeightsBody)
+        try:
+            seconds = await asyncio.to_thread(generator.receive_weights, parsed.tensors)
+        except CheckpointError as exc:
+            raise ApiError(400, str(exc)) from None
+        return {"status": "updated", "seconds": seconds, "update_count": generator.update_count}
+
     return app
 
 
@@ -469,7 +555,15 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--max-batch-sequences", type=int, default=1024, help="rows per generate call")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "auto"], help="only float32")
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"],
+        help="weights dtype (auto: float32)",
+    )  # fmt: skip
+    parser.add_argument("--device", default="cpu", help="torch device of the model (cpu, cuda, cuda:N)")
+    parser.add_argument(
+        "--shared-weights", action="store_true",
+        help="let the trainer train the served parameters in place (GET /bridge/shared_weights)",
+    )  # fmt: skip
     parser.add_argument("--api-key", default=None, help="bearer token required on every route but /health")
     parser.add_argument("--enforce-eager", action="store_true", help="accepted for vLLM compatibility")
     return parser
@@ -489,7 +583,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     torch.set_num_threads(args.torch_threads)
-    generator = HfGenerator(args.model, args.tokenizer, args.max_batch_sequences)
+    generator = HfGenerator(
+        args.model, args.tokenizer, args.max_batch_sequences, device=args.device,
+        dtype="float32" if args.dtype == "auto" else args.dtype, shared_weights=args.shared_weights,
+    )  # fmt: skip
     app = build_app(generator, args.served_model_name or args.model, args.max_model_len, args.api_key)
     logger.info("serving %s on http://%s:%d", args.model, args.host, args.port)
     try:

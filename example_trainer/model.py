@@ -122,6 +122,17 @@ def load_model_and_tokenizer(
     dtype = training_dtype(config)
     model = _from_pretrained(path, dtype, _attn_implementation(config.device))
     tokenizer = AutoTokenizer.from_pretrained(path)
+    prepare_for_training(model, config)
+    if config.is_lora:
+        model = apply_lora(model, config)
+    if to_device:
+        model.to(config.device)
+    model.train()
+    return model, tokenizer
+
+
+def prepare_for_training(model: Any, config: TrainingConfig) -> None:
+    """No KV cache, ``--train-layer-indices`` (full-model modes), gradient checkpointing, train mode."""
     model.config.use_cache = False
     use_checkpointing = (
         config.gradient_checkpointing
@@ -135,12 +146,7 @@ def load_model_and_tokenizer(
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if config.is_lora:
-        model = apply_lora(model, config)
-    if to_device:
-        model.to(config.device)
     model.train()
-    return model, tokenizer
 
 
 def load_reference_model(config: TrainingConfig) -> Any:

@@ -75,7 +75,6 @@ EvalHook = Callable[[int, Path | None], Mapping[str, float] | None]
 BATCH_POLL_S = 0.05
 
 
-
 @dataclass
 class TrainingResult:
     """Outcome of :func:`train`."""
@@ -179,7 +178,9 @@ class InferenceSync:
             backend = self.config.weight_broadcast_backend
             if backend == "auto":
                 backend = "nccl" if self.remote_urls and self.config.device.startswith("cuda") else "gloo"
-            host = self.config.weight_broadcast_host or (socket.getfqdn() if self.remote_urls else "127.0.0.1")
+            host = self.config.weight_broadcast_host or (
+                socket.getfqdn() if self.remote_urls else "127.0.0.1"
+            )
             self.broadcaster = WeightBroadcaster(
                 self.server_root_urls, backend=backend, host=host, device=self.config.device,
                 timeout=self.config.vllm_startup_timeout,
@@ -311,7 +312,9 @@ def _load_model(config: TrainingConfig, resume_dir: Path | None, sharded: bool =
     return load_model_and_tokenizer(config, model_path=str(resume_dir))
 
 
-def _attach_shared_model(config: TrainingConfig, inference: InferenceSync, resume_dir: Path | None) -> tuple[Any, Any]:
+def _attach_shared_model(
+    config: TrainingConfig, inference: InferenceSync, resume_dir: Path | None
+) -> tuple[Any, Any]:
     """``shared_vllm``: start the local server on the initial weights and build the policy over its tensors;
     when resuming, the checkpoint's weights are copied into them."""
     from transformers import AutoTokenizer
@@ -420,7 +423,9 @@ def _train(
     inference.active = inference.active and main
     if shared:
         if ctx.enabled or not config.use_vllm:
-            raise ValueError("shared_vllm trains the local server's weights: one trainer process, with --use-vllm")
+            raise ValueError(
+                "shared_vllm trains the local server's weights: one trainer process, with --use-vllm"
+            )
         model, tokenizer = _attach_shared_model(config, inference, resume_dir)
     else:
         model, tokenizer = _load_model(config, resume_dir, sharded)

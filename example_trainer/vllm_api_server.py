@@ -13,7 +13,11 @@ It serves everything ``python -m vllm.entrypoints.openai.api_server`` serves (``
 * ``/bridge/*``: engine state (pause/resume, sleep/wake, debug) and ``POST /bridge/update_weights``,
   which reloads the weights from a checkpoint directory in place, without a restart;
 * ``/lora/status``, ``/lora/load``, ``/lora/unload``: the active LoRA adapter that ``/generate`` and
-  OpenAI requests naming the base model use.
+  OpenAI requests naming the base model use;
+* ``GET /bridge/shared_weights`` (server started with ``ATROPOS_SHARED_WEIGHTS=1``): handles to the
+  workers' own parameters for ``--weight-bridge-mode shared_vllm`` (:mod:`example_trainer.shared_weights`);
+* ``POST /bridge/init_weight_group``, ``POST /bridge/receive_weights``: weights broadcast by the trainer
+  straight into the workers (:mod:`example_trainer.weight_broadcast`), without a checkpoint on disk.
 
 Every flag of vLLM's OpenAI server is accepted; the defaults differ in ``--port`` (9001) and
 ``--log-level`` also accepts lower case (``info``), as the original server did. Bad requests get a
@@ -32,11 +36,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.middleware import Middleware
 
 from example_trainer.weight_refresh import (
@@ -276,6 +280,26 @@ class UpdateWeightsBody(BaseModel):
     pause_mode: str = "wait"
 
 
+class WeightGroupBody(BaseModel):
+    """``POST /bridge/init_weight_group``: where the trainer hosts the weight group's rendezvous."""
+
+    model_config = ConfigDict(extra="forbid")
+    host: str
+    port: int = Field(ge=1, le=65535)
+    world_size: int = Field(ge=2)
+    rank: int = Field(ge=1)
+    backend: Literal["gloo", "nccl"] = "gloo"
+    timeout: float = Field(600.0, gt=0)
+
+
+class ReceiveWeightsBody(BaseModel):
+    """``POST /bridge/receive_weights``: the tensors of the broadcast that follows, in order."""
+
+    model_config = ConfigDict(extra="forbid")
+    tensors: list[dict[str, Any]] = Field(min_length=1)
+    pause_mode: str = "wait"
+
+
 def checkpoint_to_load(checkpoint_dir: str) -> Path:
     """The checked checkpoint directory of an update request: ``ApiError(404)`` when it does not exist,
     ``ApiError(400)`` when it is not a loadable checkpoint."""
@@ -431,7 +455,7 @@ def build_atropos_router() -> APIRouter:
         state = _bridge(request)
         return {
             "enabled": True,
-            "shared_weights": False,
+            "shared_weights": _shared(),
             "update_count": state.update_count,
             "last_update_time": state.last_update_time,
             "model_name": str(engine.model_config.model),
@@ -444,7 +468,7 @@ def build_atropos_router() -> APIRouter:
         return {
             "model": str(engine.model_config.model),
             "dtype": str(engine.model_config.dtype),
-            "shared_weights_enabled": False,
+            "shared_weights_enabled": _shared(),
         }
 
     @router.post("/bridge/pause", dependencies=auth)
@@ -518,6 +542,55 @@ def build_atropos_router() -> APIRouter:
             "status": "updated",
             "checkpoint_dir": str(checkpoint),
             "seconds": seconds,
+            "update_count": state.update_count,
+        }
+
+    @router.get("/bridge/shared_weights", dependencies=auth)
+    async def bridge_shared_weights(request: Request) -> dict[str, Any]:
+        from example_trainer.shared_weights import shared_weights_requested
+
+        engine = _engine(request)
+        if not shared_weights_requested(os.environ):
+            raise ApiError(
+                409, "this server does not share its weights: start it with ATROPOS_SHARED_WEIGHTS=1"
+            )
+        _require_extension(engine)
+        manifests = await engine.collective_rpc("atropos_share_weights")
+        if len(manifests) != 1:
+            raise ApiError(
+                501, f"shared weights need one worker (tensor/pipeline parallel 1), got {len(manifests)}"
+            )
+        return manifests[0]
+
+    @router.post("/bridge/init_weight_group", dependencies=auth)
+    async def bridge_init_weight_group(request: Request) -> dict[str, Any]:
+        parsed = await _parsed_body(request, WeightGroupBody)
+        engine = _engine(request)
+        _require_extension(engine)
+        await engine.collective_rpc("atropos_join_weight_group", kwargs=parsed.model_dump())
+        return {"status": "joined", "rank": parsed.rank, "world_size": parsed.world_size}
+
+    @router.post("/bridge/receive_weights", dependencies=auth)
+    async def bridge_receive_weights(request: Request) -> dict[str, Any]:
+        parsed = await _parsed_body(request, ReceiveWeightsBody)
+        if parsed.pause_mode not in PAUSE_MODES:
+            raise ApiError(400, f"pause_mode must be one of {list(PAUSE_MODES)}")
+        engine = _engine(request)
+        _require_extension(engine)
+        state = _bridge(request)
+        async with state.update_lock:
+            start = time.perf_counter()
+            await engine.pause_generation(mode=parsed.pause_mode, clear_cache=parsed.pause_mode != "keep")
+            try:
+                await engine.collective_rpc("atropos_receive_weights", kwargs={"tensors": parsed.tensors})
+                await engine.reset_prefix_cache()
+            finally:
+                await engine.resume_generation()
+            state.update_count += 1
+            state.last_update_time = time.time()
+        return {
+            "status": "updated",
+            "seconds": time.perf_counter() - start,
             "update_count": state.update_count,
         }
 
@@ -605,6 +678,15 @@ def build_atropos_router() -> APIRouter:
     return router
 
 
+def _require_extension(engine: Any) -> None:
+    extension = getattr(engine.vllm_config.parallel_config, "worker_extension_cls", "")
+    if extension != WORKER_EXTENSION:
+        raise ApiError(
+            501,
+            f"this route needs --worker-extension-cls {WORKER_EXTENSION} (this server runs {extension or 'none'})",
+        )
+
+
 def _served_config(engine: Any) -> dict[str, Any] | None:
     try:
         return engine.model_config.hf_config.to_dict()
@@ -615,6 +697,12 @@ def _served_config(engine: Any) -> dict[str, Any] | None:
 def _served_model_dir(engine: Any) -> Path | None:
     path = Path(str(engine.model_config.model))
     return path if path.is_dir() else None
+
+
+def _shared() -> bool:
+    from example_trainer.shared_weights import shared_weights_requested
+
+    return shared_weights_requested(os.environ)
 
 
 def _device_name() -> str:

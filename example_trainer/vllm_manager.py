@@ -103,6 +103,12 @@ class VllmManagerConfig(BaseModel):
         "Face generate in one process, for small models on a CPU; full weights only)",
     )
     inference_threads: int = Field(1, ge=1, description="torch threads of the hf server")
+    hf_device: str = Field("cpu", description="torch device of the hf server (the trainer's, e.g. cuda:0)")
+    shared_weights: bool = Field(
+        False,
+        description="serve from weights the trainer attaches to and trains in place (shared_vllm): "
+        "ATROPOS_SHARED_WEIGHTS=1, no prefix cache, eager mode; hf: --shared-weights",
+    )
 
     @field_validator("max_lora_rank")
     @classmethod
@@ -128,6 +134,8 @@ class VllmManagerConfig(BaseModel):
         mode = {"lora_only": "lora", "lora_restart": "lora_restart"}.get(
             bridge, getattr(cfg, "refresh_mode", "restart")
         )
+        if mode == "broadcast":  # the trainer broadcasts; a refresh from a checkpoint reloads in place
+            mode = "reload"
         lora_r = int(getattr(cfg, "lora_r", 16))
         values: dict[str, Any] = {
             "model_name": getattr(cfg, "model_name", None),
@@ -139,7 +147,10 @@ class VllmManagerConfig(BaseModel):
             "refresh_mode": mode,
             "max_lora_rank": lora_rank_limit(max(2 * lora_r, 32)),
             "log_dir": getattr(cfg, "log_dir", "./logs"),
+            "shared_weights": bridge == "shared_vllm",
         }
+        device = str(getattr(cfg, "device", "cpu"))
+        values["hf_device"] = device if device.startswith("cuda") else "cpu"
         # Optional knobs a training config may carry under these names.
         optional = {
             "vllm_host": "vllm_host",
@@ -404,7 +415,12 @@ class VllmManager:
                 "--host", cfg.vllm_host, "--port", str(cfg.vllm_port),
                 "--max-model-len", str(cfg.max_model_len),
                 "--torch-threads", str(cfg.inference_threads),
+                "--device", cfg.hf_device,
             ]  # fmt: skip
+            if cfg.hf_device.startswith("cuda") and cfg.dtype in ("bfloat16", "float16", "float32"):
+                cmd += ["--dtype", cfg.dtype]
+            if cfg.shared_weights:
+                cmd.append("--shared-weights")
             if not has_tokenizer(model_path):
                 cmd += ["--tokenizer", self._tokenizer_source(model_path)]
             if cfg.api_key:
@@ -427,8 +443,10 @@ class VllmManager:
             cmd += ["--gpu-memory-utilization", str(cfg.vllm_gpu_memory_utilization)]
         if self._is_lora_mode():
             cmd += ["--enable-lora", "--max-lora-rank", str(cfg.max_lora_rank)]
-        if cfg.enforce_eager:
-            cmd.append("--enforce-eager")
+        if cfg.enforce_eager or cfg.shared_weights:
+            cmd.append("--enforce-eager")  # compiled graphs may bake the weights in
+        if cfg.shared_weights:
+            cmd.append("--no-enable-prefix-caching")  # cached keys/values would outlive an optimizer step
         if cfg.api_key:
             cmd += ["--api-key", cfg.api_key]
         return cmd + list(cfg.extra_args)
@@ -447,6 +465,8 @@ class VllmManager:
         env.setdefault("LOGDIR", str(Path(self.config.log_dir).resolve()))
         if self.config.vllm_gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(self.config.vllm_gpu)
+        if self.config.shared_weights:
+            env["ATROPOS_SHARED_WEIGHTS"] = "1"
         if self._is_lora_mode():
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         return env
