@@ -44,6 +44,7 @@ class ToolTurn:
     """The calls of one reply, in order."""
 
     calls: list[ToolCallRecord] = field(default_factory=list)
+    over_limit: bool = False  #: the reply made more calls than allowed and none ran
 
     @property
     def made_calls(self) -> bool:
@@ -96,9 +97,13 @@ async def _run_one(block: str, tools: Mapping[str, Tool], timeout_s: Optional[fl
 
 
 async def run_tool_calls(
-    reply: str, tools: Mapping[str, Tool], timeout_s: Optional[float] = None
+    reply: str, tools: Mapping[str, Tool], timeout_s: Optional[float] = None, max_calls: Optional[int] = None
 ) -> ToolTurn:
-    """Run the tool calls of ``reply`` (see the module docstring); calls run one after another."""
+    """Run the tool calls of ``reply`` (see the module docstring); calls run one after another.
+
+    With ``max_calls``, a reply holding more blocks than that runs none of them: the turn is one error
+    record saying so (``ToolTurn.over_limit`` is set).
+    """
     section = answer_section(reply)
     if section is None:
         section = reply.rsplit("</think>", 1)[-1]
@@ -111,6 +116,9 @@ async def run_tool_calls(
                 )
             ]
         )
+    if max_calls is not None and len(blocks) > max_calls:
+        message = f"{len(blocks)} tool calls in one reply; at most {max_calls} are run per reply, so none ran"
+        return ToolTurn([ToolCallRecord(None, None, False, message)], over_limit=True)
     turn = ToolTurn()
     for block in blocks:
         turn.calls.append(await _run_one(block, tools, timeout_s))
