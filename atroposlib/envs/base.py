@@ -69,12 +69,16 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
 
     Class attributes: ``name`` (default run/output name), ``env_config_cls`` (config class used by the default
     ``config_init``), ``server_cls`` (inference client class; the abstract ``APIServer`` means "choose from
-    ``server_type``").
+    ``server_type``"), ``loads_tokenizer`` (default True).
     """
 
     name: Optional[str] = None
     env_config_cls: type[BaseEnvConfig] = BaseEnvConfig
     server_cls: type[APIServer] = APIServer
+    #: whether the env loads ``config.tokenizer_name`` into ``self.tokenizer`` (False: it builds no token-level
+    #: groups, e.g. evaluation-only environments talking to any OpenAI-compatible server; ``self.tokenizer``
+    #: is then None)
+    loads_tokenizer: bool = True
 
     def __init__(
         self,
@@ -127,7 +131,7 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
         self.curr_step = 0
         self.max_token_len = -1
         config.tokenizer_name = resolve_tokenizer_name(config.tokenizer_name, server_configs)
-        self.tokenizer = load_tokenizer(config.tokenizer_name)
+        self.tokenizer = load_tokenizer(config.tokenizer_name) if self.loads_tokenizer else None
         if testing:
             # The in-process fake backend answers in this tokenizer's ids, so replies decode to text.
             for server in getattr(self.server, "servers", None) or []:

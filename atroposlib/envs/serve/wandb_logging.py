@@ -254,12 +254,14 @@ class WandbLoggingMixin:
         generation_parameters: Optional[dict[str, Any]] = None,
         samples: Optional[list[dict[str, Any]]] = None,
         verbose: bool = True,
+        subtasks: Optional[dict[str, dict[str, Any]]] = None,
     ) -> None:
         """Write evaluation results under ``data_dir_to_save_evals`` (no-op with a warning when unset).
 
         ``metrics.json`` = ``{"config_general": {model_name, total_evaluation_time_seconds (str),
         generation_parameters ({"max_new_tokens": max_token_length, **given})}, "results":
-        {"atropos|<task>|0": metrics, "all": metrics}}``; ``samples.jsonl`` (one JSON object per sample) when
+        {"atropos|<task>|0": metrics, "all": metrics}}``, plus ``"atropos|<task>:<subtask>|0": metrics`` for
+        each of ``subtasks`` (lighteval's subtask entries); ``samples.jsonl`` (one JSON object per sample) when
         samples are given. Both hold the latest evaluation; every evaluation is also appended to
         ``metrics_history.jsonl`` with the trainer step, so periodic evals are not lost.
         """
@@ -296,6 +298,8 @@ class WandbLoggingMixin:
             },
             "results": {f"atropos|{task_name}|0": metrics, "all": metrics},
         }
+        for subtask, values in (subtasks or {}).items():
+            result["results"][f"atropos|{task_name}:{subtask}|0"] = values
         (directory / "metrics.json").write_text(
             json.dumps(result, indent=2, default=_jsonable), encoding="utf-8"
         )

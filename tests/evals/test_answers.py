@@ -1,0 +1,50 @@
+"""Letter extraction for multiple choice: every explicit form, hedges, think blocks, trailing letters."""
+
+from __future__ import annotations
+
+import pytest
+
+from atroposlib.evals.answers import extract_letter
+
+CHOICES = ["Mars", "Jupiter", "Venus", "Mercury"]
+
+
+@pytest.mark.parametrize(
+    "reply, letter, method",
+    [
+        ("<answer>B</answer>", "B", "answer_tag"),
+        ("<answer>(b).</answer>", "B", "answer_tag"),
+        ("<answer>Final answer: B</answer>", "B", "answer_tag"),
+        ("<answer>Jupiter</answer>", "B", "answer_tag"),  # the option's text
+        ("\\boxed{B}", "B", "boxed"),
+        ("\\boxed{\\text{(B)}}", "B", "boxed"),
+        ("Answer: B", "B", "answer_phrase"),
+        ("The answer is (B).", "B", "answer_phrase"),
+        ("Final Answer: **B**", "B", "answer_phrase"),
+        ("Answer: B. Option A is wrong because...", "B", "answer_phrase"),
+        ("the answer is a close call. Answer: B", "B", "answer_phrase"),  # "a" is an article
+        ("<answer>B</answer> so \\boxed{B} and Answer: B", "B", "answer_tag"),  # one letter, three forms
+        ("<think>A looks right... no.</think>\\boxed{B}", "B", "boxed"),  # the think block is ignored
+        ("I have weighed them all and pick B.", "B", "trailing_letter"),
+        ("**(B)**", "B", "trailing_letter"),
+        ("<answer>A or B</answer>", None, "ambiguous"),
+        ("Answer: A or B", None, "ambiguous"),
+        ("Answer: A, C", None, "ambiguous"),
+        ("\\boxed{A} ... Answer: C", None, "ambiguous"),
+        ("\\boxed{A, B}", None, "ambiguous"),
+        ("<answer>E</answer>", None, "out_of_range"),
+        ("<answer>Pluto</answer>", None, "no_answer"),
+        ("I am not sure.", None, "no_answer"),
+        ("<think>it must be B", None, "unclosed_think"),
+        ("<think>B</think>", None, "no_answer"),  # the letter only inside the think block
+        ("", None, "empty"),
+        ("   \n", None, "empty"),
+    ],
+)
+def test_extract_letter(reply, letter, method):
+    assert extract_letter(reply, 4, CHOICES) == (letter, method)
+
+
+def test_more_options_and_no_texts():
+    assert extract_letter("<answer>J</answer>", 10) == ("J", "answer_tag")
+    assert extract_letter("Answer: I think it is B", 4) == ("B", "trailing_letter")  # "I" is no option of 4
