@@ -16,6 +16,7 @@ effective default. Bad flags or configuration print one line naming the field an
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import shutil
@@ -104,7 +105,30 @@ class _OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{self._suggestion(message)} (see --help)\n")
+
+    def _suggestion(self, message: str) -> str:
+        """``; did you mean --env.group_size?`` for the first unrecognized flag close to a known one."""
+        prefix = "unrecognized arguments: "
+        if not message.startswith(prefix):
+            return ""
+        unknown = next((arg for arg in message[len(prefix) :].split() if arg.startswith("--")), None)
+        if unknown is None:
+            return ""
+        known = [opt for opt in _option_strings(self) if opt.startswith("--")]
+        close = difflib.get_close_matches(unknown.split("=", 1)[0], known, n=1, cutoff=0.75)
+        return f"; did you mean {close[0]}?" if close else ""
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of ``parser`` and of its subcommands' parsers."""
+    found: list[str] = []
+    for action in parser._actions:
+        found.extend(action.option_strings)
+        for sub in (getattr(action, "choices", None) or {}).values():
+            if isinstance(sub, argparse.ArgumentParser):
+                found.extend(_option_strings(sub))
+    return found
 
 
 def _command_cls(env_cls: type, mode: str) -> type[CliCommand]:

@@ -17,6 +17,11 @@ SCRIPT = ENVIRONMENTS / "arithmetic_server.py"
 
 FLAG_CASES = {
     "unknown flag": (["process", "--env.not_a_field", "3"], "unrecognized arguments: --env.not_a_field"),
+    "misspelled flag": (
+        ["process", "--env.grup_size", "4"],
+        "unrecognized arguments: --env.grup_size 4; did you mean --env.group_size?",
+    ),
+    "misspelled server flag": (["serve", "--openai.modle_name=m"], "did you mean --openai.model_name?"),
     "wrong type": (["process", "--env.group_size", "four"], "--env.group_size"),
     "bad boolean": (["serve", "--env.use_wandb", "maybe"], "--env.use_wandb"),
     "bad literal": (["serve", "--openai.server_type", "tgi"], "--openai.server_type"),
