@@ -35,12 +35,13 @@ import os
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 
 from example_trainer.data import MicroBatch, PreparedBatch
+from example_trainer.packing import batch_rows, micro_batches, plan_micro_batches, row_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -263,66 +264,40 @@ def micro_batches_per_rank(num_sequences: int, world_size: int, batch_size: int)
 
 
 def _full(batch: PreparedBatch) -> dict[str, torch.Tensor]:
-    """The whole batch as row-aligned tensors (advantages [N, K] if any micro-batch has token-level ones;
-    rollout logprobs NaN where unknown)."""
-    mbs = batch.micro_batches
-    k = mbs[0].tokens.shape[1]
-    token_level = any(mb.advantages.shape[1] != 1 for mb in mbs)
-    out = {
-        "tokens": torch.cat([mb.tokens for mb in mbs]),
-        "labels": torch.cat([mb.labels for mb in mbs]),
-        "advantages": torch.cat(
-            [mb.advantages.expand(-1, k) if token_level else mb.advantages for mb in mbs]
-        ).contiguous(),
-        "temperatures": torch.cat([mb.temperatures for mb in mbs]),
-    }
-    if any(mb.inference_logprobs is not None for mb in mbs):
-        out["inference_logprobs"] = torch.cat(
-            [
-                mb.inference_logprobs
-                if mb.inference_logprobs is not None
-                else torch.full(mb.tokens.shape, float("nan"), dtype=torch.float32)
-                for mb in mbs
-            ]
-        )
-    return out
+    """The whole batch as row-aligned tensors by field name (see :func:`example_trainer.packing.batch_rows`;
+    fields no micro-batch has are left out)."""
+    rows = batch_rows(batch.micro_batches)
+    return {f.name: getattr(rows, f.name) for f in fields(rows) if getattr(rows, f.name) is not None}
 
 
-def local_micro_batches(batch: PreparedBatch, ctx: DistContext, batch_size: int) -> list[MicroBatch | None]:
+def local_micro_batches(
+    batch: PreparedBatch,
+    ctx: DistContext,
+    batch_size: int,
+    token_budget: int | None = None,
+    packed: bool = False,
+) -> list[MicroBatch | None]:
     """This rank's micro-batches of the global ``batch``; ``None`` entries are zero-weight placeholders.
 
-    Every rank gets :func:`micro_batches_per_rank` entries.
+    The rank's rows (:func:`shard_bounds`) are grouped by :func:`example_trainer.packing.plan_micro_batches`;
+    every rank gets as many entries as the rank with the most micro-batches (:func:`micro_batches_per_rank`
+    when grouping by ``batch_size``).
     """
-    full = _full(batch)
-    start, end = shard_bounds(batch.num_sequences, ctx.rank, ctx.world_size)
-    count = micro_batches_per_rank(batch.num_sequences, ctx.world_size, batch_size)
-    result: list[MicroBatch | None] = []
-    for lo in range(start, end, batch_size):
-        sl = slice(lo, min(lo + batch_size, end))
-        lp = full.get("inference_logprobs")
-        lp = lp[sl] if lp is not None else None
-        result.append(
-            MicroBatch(
-                tokens=full["tokens"][sl],
-                labels=full["labels"][sl],
-                advantages=full["advantages"][sl],
-                temperatures=full["temperatures"][sl],
-                inference_logprobs=lp if lp is not None and not torch.isnan(lp).all() else None,
-            )
+    bounds = [shard_bounds(batch.num_sequences, r, ctx.world_size) for r in range(ctx.world_size)]
+    if token_budget is None:
+        count = micro_batches_per_rank(batch.num_sequences, ctx.world_size, batch_size)
+    else:
+        lengths = row_lengths(batch_rows(batch.micro_batches).labels)
+        count = max(
+            len(plan_micro_batches(lengths[lo:hi], batch_size, token_budget, packed)) for lo, hi in bounds
         )
-    return result + [None] * (count - len(result))
+    return micro_batches(batch, batch_size, token_budget, packed, shard=bounds[ctx.rank], count=count)
 
 
 # --- rank 0 -> all: the batch channel ---------------------------------------------------------------
 
-_META_FIELDS = (
-    "num_sequences",
-    "num_tokens",
-    "num_trained_tokens",
-    "mean_score",
-    "has_inference_logprobs",
-    "seq_len",
-)
+#: Everything of a :class:`PreparedBatch` but its tensors (sent as one header).
+_META_FIELDS = tuple(f.name for f in fields(PreparedBatch) if f.name != "micro_batches")
 
 
 class BatchChannel:
@@ -393,13 +368,7 @@ class BatchChannel:
 
     @staticmethod
     def _assemble(batch_meta: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> PreparedBatch:
-        micro = MicroBatch(
-            tokens=tensors["tokens"],
-            labels=tensors["labels"],
-            advantages=tensors["advantages"],
-            temperatures=tensors["temperatures"],
-            inference_logprobs=tensors.get("inference_logprobs"),
-        )
+        micro = MicroBatch(**{f.name: tensors.get(f.name) for f in fields(MicroBatch)})
         return PreparedBatch(micro_batches=[micro], **batch_meta)
 
 
