@@ -27,7 +27,8 @@ from atroposlib.envs.data_loading import LOCAL_FORMATS, DatasetError, check_rows
 @dataclass(frozen=True)
 class HubSet:
     """A benchmark's rows on the Hugging Face hub: ``load_dataset(name, config, split=split)`` for every
-    config in ``configs`` (``(None,)``: the default configuration).
+    config in ``configs`` (``(None,)``: the default configuration). A ``name`` holding ``{config}`` names one
+    data set per config instead (AGIEval's ``dmayhem93/agieval-{config}``), loaded without a configuration.
 
     ``subset_field``: the row field that receives the config's name (e.g. ``subject`` for MMLU) when the
     set has several configs, and the file stem when rows come from a directory.
@@ -40,9 +41,16 @@ class HubSet:
     subset_field: Optional[str] = None
     kwargs: dict[str, Any] = field(default_factory=dict)
 
+    def source(self, config: Optional[str]) -> tuple[str, Optional[str]]:
+        """``(data set, configuration)`` to load for ``config``."""
+        if "{config}" in self.name:
+            return self.name.format(config=config), None
+        return self.name, config
+
     def describe(self, config: Optional[str] = None) -> str:
-        """``name`` (``name/config``) and the split, as errors name a hub source."""
-        return f"{self.name}{'/' + config if config else ''} ({self.split})"
+        """The data set (``name/config``) and the split, as errors name a hub source."""
+        name, sub = self.source(config)
+        return f"{name}{'/' + sub if sub else ''} ({self.split})"
 
 
 @dataclass(frozen=True)
@@ -78,8 +86,9 @@ def _first_line(exc: BaseException) -> str:
 def _hub_rows(hub: HubSet, config: Optional[str]) -> list[dict[str, Any]]:
     from datasets import load_dataset
 
+    name, sub = hub.source(config)
     try:
-        return [dict(row) for row in load_dataset(hub.name, config, split=hub.split, **hub.kwargs)]
+        return [dict(row) for row in load_dataset(name, sub, split=hub.split, **hub.kwargs)]
     except Exception as exc:
         raise DatasetError(
             f"{hub.describe(config)}: cannot load from the hub ({_first_line(exc)}); "
