@@ -69,7 +69,7 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
 
     Class attributes: ``name`` (default run/output name), ``env_config_cls`` (config class used by the default
     ``config_init``), ``server_cls`` (inference client class; the abstract ``APIServer`` means "choose from
-    ``server_type``"), ``loads_tokenizer`` (default True).
+    ``server_type``"), ``loads_tokenizer`` (default True), ``single_sample_scoring`` (default False).
     """
 
     name: Optional[str] = None
@@ -79,6 +79,9 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
     #: groups, e.g. evaluation-only environments talking to any OpenAI-compatible server; ``self.tokenizer``
     #: is then None)
     loads_tokenizer: bool = True
+    #: whether one rollout per item carries a training signal on its own (e.g. SFT rows, or rewards already
+    #: centred by the environment); when False, ``serve`` and ``process`` refuse ``group_size`` < 2
+    single_sample_scoring: bool = False
 
     def __init__(
         self,

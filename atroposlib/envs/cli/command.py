@@ -31,6 +31,7 @@ from atroposlib.envs.cli.config import (
     ENV_KEY,
     MANAGER_KEYS,
     OPENAI_KEY,
+    CliUsageError,
     build_env_config,
     build_manager_config,
     load_yaml_config,
@@ -132,6 +133,7 @@ class CliCommand(BaseModel):
             mode=cls.mode,
             yaml_path=config_path,
         )
+        _check_group_size(cls.env_cls, cls.mode, env_config)
         manager_cli = {k: v for k, v in self.explicit().items() if k in MANAGER_KEYS}
         manager_config = build_manager_config(manager_cls, doc, manager_cli, yaml_path=config_path)
         servers = resolve_server_configs(
@@ -165,6 +167,21 @@ class CliCommand(BaseModel):
         """Resolve the configuration, construct the environment and run this subcommand to completion."""
         resolved = self.resolve()
         run_resolved(type(self).env_cls, resolved)
+
+
+def _check_group_size(env_cls: type, mode: str, env_config: BaseModel) -> None:
+    """Refuse a training group of one rollout in ``serve``/``process``: GRPO's advantage is a rollout's score
+    minus its group's mean, so a lone rollout teaches nothing (unless the environment declares
+    ``single_sample_scoring``)."""
+    group_size = getattr(env_config, "group_size", None)
+    if mode not in ("serve", "process") or group_size is None or group_size >= 2:
+        return
+    if getattr(env_cls, "single_sample_scoring", False):
+        return
+    raise CliUsageError(
+        f"--env.group_size {group_size}: a group needs at least 2 rollouts of the same item to compare "
+        f"(each rollout's advantage is its score minus the group's mean); use 2 or more"
+    )
 
 
 def _teacher_namespace(env_cls: type) -> str | None:

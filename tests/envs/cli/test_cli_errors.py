@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from atroposlib.envs.cli import run_cli
+from atroposlib.envs.cli.command import build_command_cls
 from environments.arithmetic_server import ArithmeticEnv
 from tests.helpers.cli_runs import ENVIRONMENTS, run_env
 
@@ -23,6 +24,11 @@ FLAG_CASES = {
     ),
     "misspelled server flag": (["serve", "--openai.modle_name=m"], "did you mean --openai.model_name?"),
     "wrong type": (["process", "--env.group_size", "four"], "--env.group_size"),
+    "group of one (process)": (["process", "--env.group_size", "1"], "a group needs at least 2 rollouts"),
+    "group of one (serve)": (
+        ["serve", "--env.group_size", "1"],
+        "--env.group_size 1: a group needs at least 2",
+    ),
     "bad boolean": (["serve", "--env.use_wandb", "maybe"], "--env.use_wandb"),
     "bad literal": (["serve", "--openai.server_type", "tgi"], "--openai.server_type"),
     "bad enum": (["serve", "--env.eval_handling", "SOMETIMES"], "--env.eval_handling"),
@@ -112,3 +118,14 @@ def test_invalid_reasoning_effort_fails_construction_in_one_line(tmp_path):
     assert result.returncode == 1
     assert "could not construct ArithmeticEnv" in lines[-1] and "extreme" in lines[-1]
     assert "Traceback" not in result.stderr
+
+
+def test_group_of_one_is_accepted_where_the_env_scores_single_samples(capsys, monkeypatch, tmp_path):
+    class SingleSampleArithmetic(ArithmeticEnv):
+        single_sample_scoring = True
+
+    monkeypatch.chdir(tmp_path)
+    cmd = build_command_cls(SingleSampleArithmetic, "process")(**{"env.group_size": 1})
+    assert cmd.resolve().env_config.group_size == 1
+    evaluate = build_command_cls(ArithmeticEnv, "evaluate")(**{"env.group_size": 1})
+    assert evaluate.resolve().env_config.group_size == 1  # evaluation samples as it likes
