@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from atroposlib.evals.answers import LETTERS, extract_letter
+from atroposlib.evals.answers import LETTERS, extract_letter, extract_number
 from atroposlib.evals.data import Row, RowError
 from atroposlib.evals.env import EvalEnv
 from atroposlib.evals.items import EvalItem, Reply, Score
@@ -72,20 +72,33 @@ def answer_index(value: Any, count: int, field_name: str = "answer") -> int:
     return value
 
 
-def format_choices(choices: Sequence[str]) -> str:
-    """``A) first`` / ``B) second`` ... one per line."""
-    return "\n".join(f"{LETTERS[i]}) {choice}" for i, choice in enumerate(choices))
+def option_labels(count: int, numbered: bool = False) -> list[str]:
+    """The labels of ``count`` options: ``A``, ``B`` ... or, ``numbered``, ``1``, ``2`` ..."""
+    return [str(i + 1) for i in range(count)] if numbered else list(LETTERS[:count])
+
+
+def format_choices(
+    choices: Sequence[str], template: str = "{label}) {choice}", numbered: bool = False
+) -> str:
+    """One line per option, ``template`` filled with its ``label`` and ``choice`` (default ``A) first``)."""
+    labels = option_labels(len(choices), numbered)
+    return "\n".join(
+        template.format(label=label, choice=choice) for label, choice in zip(labels, choices, strict=True)
+    )
 
 
 class MultipleChoiceEval(EvalEnv):
     """A benchmark whose rows are multiple-choice questions (see the module docstring).
 
-    A benchmark implements :meth:`question` (row -> :class:`MCQuestion`) and may override
-    :meth:`format_prompt` (default: ``prompt_template`` filled with ``question``, ``choices`` and
-    ``valid_letters``).
+    A benchmark implements :meth:`question` (row -> :class:`MCQuestion`) and may set ``prompt_template``
+    (filled with ``question``, ``choices`` and ``valid_letters``), ``choice_template`` (one option's line,
+    from ``label`` and ``choice``), ``numbered`` (options 1, 2, 3 ... instead of A, B, C ...) or override
+    :meth:`format_prompt`.
     """
 
     prompt_template: ClassVar[str] = LIGHTEVAL_MC_TEMPLATE
+    choice_template: ClassVar[str] = "{label}) {choice}"
+    numbered: ClassVar[bool] = False
     shuffle_choices: ClassVar[bool] = False
 
     def question(self, row: Row) -> Optional[MCQuestion]:
@@ -96,9 +109,23 @@ class MultipleChoiceEval(EvalEnv):
         """The user turn of a question (its options already in the order shown)."""
         return self.prompt_template.format(
             question=question.question,
-            choices=format_choices(question.choices),
-            valid_letters="".join(LETTERS[: len(question.choices)]),
+            choices=self.format_choices(question.choices),
+            valid_letters="".join(option_labels(len(question.choices), self.numbered)),
         )
+
+    def format_choices(self, choices: Sequence[str]) -> str:
+        """The options as shown, one per line (``choice_template``)."""
+        return format_choices(choices, self.choice_template, self.numbered)
+
+    def few_shot_block(self, examples: Sequence[MCQuestion]) -> str:
+        """Answered examples to put before a prompt: ``Question: ...``, the options, ``Answer: B``, each
+        followed by a ``---`` line (empty for no examples)."""
+        shots = [
+            f"Question: {e.question}\n{self.format_choices(e.choices)}\n\n"
+            f"Answer: {option_labels(len(e.choices), self.numbered)[e.answer]}"
+            for e in examples
+        ]
+        return "".join(f"{shot}\n\n---\n\n" for shot in shots)
 
     def shuffle(self, question: MCQuestion, item_id: str) -> MCQuestion:
         """The question with its options in this item's seeded order (``shuffle_seed`` None: a fresh random
@@ -136,7 +163,7 @@ class MultipleChoiceEval(EvalEnv):
         item_id = question.id or f"{row.subset + '/' if row.subset else ''}{row.index}"
         if self.shuffle_choices:
             question = self.shuffle(question, item_id)
-        gold = LETTERS[question.answer]
+        gold = option_labels(len(choices), self.numbered)[question.answer]
         return EvalItem(
             id=item_id,
             prompt=self.format_prompt(question),
@@ -146,10 +173,11 @@ class MultipleChoiceEval(EvalEnv):
         )
 
     def score(self, item: EvalItem, reply: Reply) -> Score:
-        """1.0 when the letter read from the reply is the gold letter, else 0.0."""
+        """1.0 when the option read from the reply is the gold one, else 0.0."""
         choices = item.fields.get("choices", ())
-        letter, method = extract_letter(reply.text, len(choices), choices)
-        return Score(1.0 if letter == item.gold else 0.0, extracted=letter, method=method)
+        extract = extract_number if self.numbered else extract_letter
+        option, method = extract(reply.text, len(choices), choices)
+        return Score(1.0 if option == item.gold else 0.0, extracted=option, method=method)
 
 
 __all__ = [
@@ -158,5 +186,6 @@ __all__ = [
     "MultipleChoiceEval",
     "answer_index",
     "format_choices",
+    "option_labels",
     "seeded_order",
 ]

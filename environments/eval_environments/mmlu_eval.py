@@ -27,14 +27,12 @@ from pydantic import Field
 
 from atroposlib.envs.data_loading import DatasetError
 from atroposlib.evals import (
-    LETTERS,
     EvalConfig,
     HubSet,
     MCQuestion,
     MultipleChoiceEval,
     Row,
     answer_index,
-    format_choices,
     load_eval_rows,
 )
 
@@ -93,7 +91,7 @@ class MMLUEvalEnv(MultipleChoiceEval):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         #: subject -> the answered examples of the few-shot split (filled by ``load_rows``)
-        self.few_shot: dict[str, list[dict]] = {}
+        self.few_shot: dict[str, list[MCQuestion]] = {}
 
     def selected_subjects(self) -> list[str]:
         subjects = self.config.subjects or MMLU_SUBJECTS
@@ -116,7 +114,7 @@ class MMLUEvalEnv(MultipleChoiceEval):
             path = self.config.few_shot_dataset_path
             hub = self.hub_set(self.config.few_shot_split)
             for row in load_eval_rows(path, hub, self.required_fields):
-                self.few_shot.setdefault(str(row.data.get("subject")), []).append(row.data)
+                self.few_shot.setdefault(str(row.data.get("subject")), []).append(self.question(row))
         return rows
 
     def question(self, row: Row) -> MCQuestion:
@@ -139,17 +137,8 @@ class MMLUEvalEnv(MultipleChoiceEval):
         if self.config.include_subject_in_prompt:
             text = f"[{subject.replace('_', ' ')}]\n\n{text}"
         prompt = super().format_prompt(MCQuestion(text, question.choices, question.answer))
-        examples = (
-            self.few_shot.get(subject, [])[: self.config.num_few_shot] if self.config.num_few_shot else []
-        )
-        if not examples:
-            return prompt
-        shots = [
-            f"Question: {e['question']}\n{format_choices(e['choices'])}\n\n"
-            f"Answer: {LETTERS[answer_index(e['answer'], len(e['choices']))]}"
-            for e in examples
-        ]
-        return "\n\n---\n\n".join(shots) + "\n\n---\n\n" + prompt
+        examples = self.few_shot.get(subject, [])[: self.config.num_few_shot]
+        return self.few_shot_block(examples) + prompt
 
 
 if __name__ == "__main__":
