@@ -7,6 +7,7 @@ stderr; the traceback only with ``--debug-loading`` or ``ATROPOS_DEBUG=1``).
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from functools import partial
 from types import FrameType
 
 from pydantic import ValidationError
@@ -73,39 +75,44 @@ def run(config: TrainingConfig, should_stop=None):
     return dispatch[config.weight_bridge_mode](config, should_stop=should_stop)
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+def _fail(message: str, code: int, prog: str = PROG) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
     return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
+    return run_from_args(parse_args(argv))
+
+
+def run_from_args(args: argparse.Namespace, prog: str = PROG) -> int:
+    """Validate the parsed command line, train, and return the exit status (see the module docstring)."""
+    _fail_here = partial(_fail, prog=prog)
     try:
         config = config_from_args(args)
     except ValidationError as exc:
-        return _fail(describe_validation_error(exc), 2)
+        return _fail_here(describe_validation_error(exc), 2)
     debug = config.debug_loading or os.environ.get("ATROPOS_DEBUG") == "1"
     stop = StopFlag()
     stop.install()
     try:
         result = run(config, should_stop=stop)
     except KeyboardInterrupt:
-        return _fail("aborted", 130)
+        return _fail_here("aborted", 130)
     except NotImplementedError as exc:
-        return _fail(str(exc), 2)
+        return _fail_here(str(exc), 2)
     except Exception as exc:  # noqa: BLE001 - one line for the user, traceback on request
         if debug:
-            logging.getLogger(PROG).exception("training failed")
+            logging.getLogger(prog).exception("training failed")
         from example_trainer.api import AtroposApiError
 
         plain = isinstance(exc, AtroposApiError | FileNotFoundError | ValueError)
-        return _fail(str(exc) if plain else f"{type(exc).__name__}: {exc}", 1)
+        return _fail_here(str(exc) if plain else f"{type(exc).__name__}: {exc}", 1)
     if result.rank != 0:
         return 0
     where = f"; final checkpoint {result.final_checkpoint}" if result.final_checkpoint else ""
     state = "stopped" if result.stopped_early else "finished"
-    print(f"{PROG}: {state} at step {result.step}/{config.training_steps}{where}", file=sys.stderr)
+    print(f"{prog}: {state} at step {result.step}/{config.training_steps}{where}", file=sys.stderr)
     return 0
 
 

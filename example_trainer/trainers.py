@@ -70,6 +70,12 @@ logger = logging.getLogger(__name__)
 #: ``accuracy`` is drawn in the end-of-run plot.
 EvalHook = Callable[[int, Path | None], Mapping[str, float] | None]
 
+#: ``sync_hook(step, model, server_root_urls)`` → metrics, logged as ``sync/<name>``: called on rank 0 each
+#: time the inference servers were brought up to date (after every refresh; in ``shared_vllm`` every
+#: ``--vllm-restart-interval`` steps, the servers then serving the trained tensors themselves), with the
+#: model being trained. E.g. the device check compares the servers' logprobs with the model's there.
+SyncHook = Callable[[int, Any, list[str]], Mapping[str, float] | None]
+
 #: Seconds between two ``GET /batch`` while no batch is ready: a step on a small model takes well under a
 #: second, and every poll interval is added to a step whose batch was not ready yet.
 BATCH_POLL_S = 0.05
@@ -373,6 +379,7 @@ def train(
     config: TrainingConfig,
     eval_hook: EvalHook | None = None,
     should_stop: Callable[[], bool] | None = None,
+    sync_hook: SyncHook | None = None,
 ) -> TrainingResult:
     """Run GRPO training as configured until ``config.training_steps`` optimizer steps are done.
 
@@ -393,7 +400,9 @@ def train(
     """
     ctx = init_distributed(config)
     try:
-        return _train(config.model_copy(update={"device": ctx.device}), ctx, eval_hook, should_stop)
+        return _train(
+            config.model_copy(update={"device": ctx.device}), ctx, eval_hook, should_stop, sync_hook
+        )
     finally:
         shutdown_distributed(ctx)
 
@@ -403,6 +412,7 @@ def _train(
     ctx: DistContext,
     eval_hook: EvalHook | None,
     should_stop: Callable[[], bool] | None,
+    sync_hook: SyncHook | None = None,
 ) -> TrainingResult:
     should_stop = should_stop or (lambda: False)
     lora = config.is_lora
@@ -580,6 +590,10 @@ def _train(
                 record["train/refresh_s"] = inference.broadcast(unwrap_model(model))
             elif refresh_due and saved is not None and inference.active:
                 record["train/refresh_s"] = inference.refresh(saved, step)
+            synced = refresh_due or (shared and (step % config.vllm_restart_interval == 0 or final))
+            if sync_hook is not None and inference.active and synced:
+                checks = sync_hook(step, unwrap_model(model), inference.server_root_urls) or {}
+                record.update({f"sync/{k}": float(v) for k, v in checks.items()})
             run_log.log(step, record)
             if main:
                 result.history.append({"step": step, **record})
@@ -669,6 +683,7 @@ def checkpoint_dir_for(config: TrainingConfig, step: int, final: bool = False) -
 
 __all__ = [
     "EvalHook",
+    "SyncHook",
     "InferenceSync",
     "TrainingResult",
     "checkpoint_dir_for",

@@ -1,0 +1,74 @@
+"""The trainer's loop in ``shared_vllm`` and ``--refresh-mode broadcast``, against a real ``run-api`` and the hf
+inference server it starts (one process each): after every synchronisation the server's logprobs for a fixed
+prompt equal the trained model's, and broadcast writes checkpoints only at ``--checkpoint-interval``."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+import torch
+
+from atroposlib.testing.api_process import free_port
+from example_trainer.config import TrainingConfig
+from example_trainer.heldout_eval import load_causal_lm
+from example_trainer.run import build_parser, main
+from example_trainer.trainers import train
+from tests.helpers.trainer import post_groups
+
+PROMPT = [5, 17, 29, 41, 53, 65, 77]
+LAST_REPLY: list = []
+
+
+def _config(tiny_model_dir, api_url, save_path, **kw) -> TrainingConfig:
+    base = dict(
+        model_name=str(tiny_model_dir), atropos_url=api_url, save_path=str(save_path), device="cpu",
+        optimizer="adamw", lr=3e-3, batch_size=2, gradient_accumulation_steps=2, seq_len=256,
+        inference_backend="hf", vllm_port=free_port(), vllm_restart_interval=1, training_steps=3,
+        checkpoint_interval=0, log_dir=str(save_path / "logs"), vllm_startup_timeout=120,
+    )  # fmt: skip
+    base.update(kw)
+    return TrainingConfig(**base)
+
+
+def served_vs_model(step: int, model, urls: list[str]) -> dict[str, float]:
+    """Largest difference between the server's logprobs of its greedy continuation and the model's."""
+    body = {"prompt": {"prompt_token_ids": PROMPT}, "max_tokens": 4, "temperature": 0, "logprobs": 0}
+    reply = requests.post(f"{urls[0]}/generate", json=body, timeout=60).json()
+    ids = reply["token_ids"][0]
+    served = [float(next(iter(pos[0].values()))) for pos in reply["logprobs"][0]]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([PROMPT + ids])).logits[0].float(), dim=-1)
+    mine = [float(logp[len(PROMPT) - 1 + i, t]) for i, t in enumerate(ids)]
+    LAST_REPLY[:] = [ids, served]
+    return {"max_abs_diff": max(abs(a - b) for a, b in zip(mine, served, strict=True)), "first": served[0]}
+
+
+@pytest.mark.parametrize("mode", ["shared_vllm", "broadcast"])
+def test_every_synchronisation_serves_the_trained_weights(mode, api, tiny_model_dir, tmp_path):
+    extra = {"weight_bridge_mode": "shared_vllm"} if mode == "shared_vllm" else {"refresh_mode": "broadcast"}
+    cfg = _config(tiny_model_dir, api.url, tmp_path / "ck", **extra)
+    post_groups(api.url, 6, seed=0)
+    result = train(cfg, sync_hook=served_vs_model)
+    assert result.step == 3 and not result.stopped_early
+    diffs = [r["sync/max_abs_diff"] for r in result.history]
+    firsts = [r["sync/first"] for r in result.history]
+    assert len(diffs) == 3 and max(diffs) < 1e-5
+    assert len(set(firsts)) == 3  # each step changed what the server serves
+    # Only the final checkpoint was written (--checkpoint-interval 0): no per-refresh step_N on disk.
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir() if p.is_dir() and p.name != "logs") == [
+        "final_model"
+    ]
+    # ... and it holds the weights the server served last (in shared_vllm: views of the server's tensors).
+    final, _ = load_causal_lm(tmp_path / "ck" / "final_model")
+    ids, served = LAST_REPLY
+    with torch.no_grad():
+        logp = torch.log_softmax(final(torch.tensor([PROMPT + ids])).logits[0], dim=-1)
+    assert [float(logp[len(PROMPT) - 1 + i, t]) for i, t in enumerate(ids)] == pytest.approx(served, abs=1e-5)
+
+
+def test_the_launcher_runs_shared_vllm_only(capsys):
+    assert build_parser().parse_args(["--model", "m"]).weight_bridge_mode == "shared_vllm"
+    with pytest.raises(SystemExit) as exc:
+        main(["--model", "m", "--weight-bridge-mode", "none"])
+    assert exc.value.code == 2
+    assert "runs shared_vllm" in capsys.readouterr().err
