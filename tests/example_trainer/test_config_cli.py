@@ -187,11 +187,15 @@ def test_unknown_fields_rejected_in_code():
         TrainingConfig(model_name="m", lrr=1.0)
 
 
-def test_shared_vllm_is_a_clear_error(capsys):
-    assert main(["--model", "m", "--weight-bridge-mode", "shared_vllm"]) == 2
-    err = capsys.readouterr().err
-    assert "shared_vllm" in err and "CUDA IPC" in err and "Traceback" not in err
+def test_shared_vllm_needs_one_local_trainer_process():
+    assert (
+        TrainingConfig(model_name="m", weight_bridge_mode="shared_vllm").weight_bridge_mode == "shared_vllm"
+    )
+    with pytest.raises(ValidationError, match="one trainer process"):
+        TrainingConfig(model_name="m", weight_bridge_mode="shared_vllm", world_size=2)
+    with pytest.raises(ValidationError, match="remote servers cannot share"):
+        TrainingConfig(model_name="m", weight_bridge_mode="shared_vllm", inference_server_urls="http://h:1")
     from example_trainer import train_shared_vllm
 
-    with pytest.raises(NotImplementedError, match="CUDA IPC"):
+    with pytest.raises(ValueError, match="train_shared_vllm needs weight_bridge_mode"):
         train_shared_vllm(TrainingConfig(model_name="m"))
