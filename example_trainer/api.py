@@ -234,7 +234,8 @@ class AtroposClient:
 
 
 def registration_payload(config: TrainingConfig, starting_step: int = 0) -> dict[str, Any]:
-    """The ``/register`` body: the original's fields; ``batch_size`` = micro-batch × accumulation steps."""
+    """The ``/register`` body: the original's fields (``batch_size`` = micro-batch × accumulation steps), and
+    ``max_staleness`` when set (the API serves it to environments in ``/info``)."""
     return {
         "wandb_group": config.wandb_group or "",
         "wandb_project": config.wandb_project or "",
@@ -246,6 +247,7 @@ def registration_payload(config: TrainingConfig, starting_step: int = 0) -> dict
         ),
         "starting_step": starting_step,
         "num_steps": config.training_steps,
+        **({"max_staleness": config.max_staleness} if config.max_staleness is not None else {}),
     }
 
 

@@ -70,6 +70,7 @@ class RunMeta:
     num_steps: int = -1
     step: int = 0
     started: bool = False
+    max_staleness: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunMeta:

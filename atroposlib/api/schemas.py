@@ -32,6 +32,12 @@ class Registration(BaseModel):
     save_checkpoint_interval: int
     starting_step: int = Field(ge=0)
     num_steps: int
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="Optional: the trainer trains no group generated more than this many steps before the "
+        "step that trains it; served to environments by /info so that they wait instead of generating them.",
+    )
 
 
 class RegisterEnv(BaseModel):

@@ -170,7 +170,8 @@ async def wandb_info(request: Request) -> Response:
 
 @router.get("/info")
 async def info(request: Request) -> Response:
-    """The readiness probe: ``batch_size`` and ``max_token_len`` (``-1`` before registration)."""
+    """The readiness probe: ``batch_size`` and ``max_token_len`` (``-1`` before registration), and
+    ``max_staleness`` when the trainer registered one."""
     return json_response(_state(request).info())
 
 

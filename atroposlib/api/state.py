@@ -168,6 +168,7 @@ class TrajectoryState:
                 num_steps=registration.num_steps,
                 step=registration.starting_step,
                 started=False,
+                max_staleness=registration.max_staleness,
             )
             with self._transaction() as tx:
                 tx.put_meta(asdict(meta))
@@ -514,7 +515,11 @@ class TrajectoryState:
         return {"current_step": self.meta.step, "queue_size": len(self.queue)}
 
     def info(self) -> dict[str, int]:
-        return {"batch_size": self.meta.batch_size, "max_token_len": self.meta.max_token_len}
+        """``batch_size`` and ``max_token_len``, plus ``max_staleness`` when the trainer registered one."""
+        info = {"batch_size": self.meta.batch_size, "max_token_len": self.meta.max_token_len}
+        if self.meta.max_staleness is not None:
+            info["max_staleness"] = self.meta.max_staleness
+        return info
 
     def wandb_info(self) -> dict[str, str | None]:
         return {"group": self.meta.wandb_group, "project": self.meta.wandb_project}

@@ -78,6 +78,13 @@ class BaseEnvConfig(BaseModel):
         default=3,
         description="Stop generating while this many batches are already queued; <= 0 disables the limit.",
     )
+    max_staleness: Optional[int] = Field(
+        default=None,
+        ge=0,
+        description="Start no rollout that would be trained more than this many trainer steps after it "
+        "starts: at most max_staleness + 1 batches are queued or being generated, and the env waits for the "
+        "trainer beyond that. Default: the trainer's --max-staleness (GET /info), else no bound.",
+    )
     tokenizer_name: Optional[str] = Field(
         default=None,
         description="Hugging Face tokenizer name or local directory (self.tokenizer); unset: the served "

@@ -110,7 +110,8 @@ class ApiSessionMixin:
             self.load_checkpoint()
 
     async def get_server_info(self) -> None:
-        """Adopt the trainer's ``batch_size`` and ``max_token_len`` from ``GET /info`` (when not -1).
+        """Adopt the trainer's ``batch_size`` and ``max_token_len`` from ``GET /info`` (when not -1), and its
+        ``max_staleness`` unless the env set its own.
 
         Raises ``ValueError`` when ``group_size`` exceeds a known batch size (a group must fit in one batch).
         While the batch size is still unknown nothing is started; the loop asks again every few seconds.
@@ -128,6 +129,12 @@ class ApiSessionMixin:
             self.config.batch_size = batch_size
         if max_token_len != -1:
             self.max_token_len = max_token_len
+        if info.get("max_staleness") is not None and getattr(self.config, "max_staleness", 0) is None:
+            self.config.max_staleness = int(info["max_staleness"])
+            logger.info(
+                "[%s] the trainer trains rollouts at most %d step(s) old: generating at most %d batch(es) ahead",
+                self.env_label, self.config.max_staleness, self.config.max_staleness + 1,
+            )  # fmt: skip
         if self.config.batch_size == -1:
             logger.warning(
                 "[%s] the trainer's batch size is unknown yet; waiting before generating", self.env_label

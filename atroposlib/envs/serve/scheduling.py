@@ -49,6 +49,16 @@ def min_allocation_reserve(
     )
 
 
+def offpolicy_window(max_batches_offpolicy: int, max_staleness: Optional[int]) -> int:
+    """Batches that may be queued or being generated at once: ``max_batches_offpolicy``, tightened to
+    ``max_staleness + 1`` when a staleness bound is set (a rollout started now then lands at most
+    ``max_staleness`` batches after the one the trainer takes next); <= 0: no limit."""
+    if max_staleness is None:
+        return max_batches_offpolicy
+    bound = max_staleness + 1
+    return bound if max_batches_offpolicy <= 0 else min(max_batches_offpolicy, bound)
+
+
 def should_pause(
     *,
     queue_size: int,
@@ -148,6 +158,7 @@ __all__ = [
     "boundary_crossed",
     "derived_batch_size",
     "min_allocation_reserve",
+    "offpolicy_window",
     "resolve_max_num_workers",
     "should_pause",
     "should_stop",

@@ -18,7 +18,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from atroposlib.envs.serve.scheduling import train_worker_cap
+from atroposlib.envs.serve.scheduling import offpolicy_window, train_worker_cap
 from atroposlib.envs.serve.sending import POLICY_STEP, describe_item, trim_buffer
 
 # compat: environments log under the logger name of atroposlib 0.4.0 (``atroposlib.envs.base``).
@@ -145,7 +145,10 @@ class WorkerPoolMixin:
             eval_running=eval_running,
             eval_handling=self.config.eval_handling,
             eval_limit_ratio=self.config.eval_limit_ratio,
-            max_batches_offpolicy=self.config.max_batches_offpolicy,
+            # queued plus in-flight groups: the staleness bound is enforced before generation
+            max_batches_offpolicy=offpolicy_window(
+                self.config.max_batches_offpolicy, getattr(self.config, "max_staleness", None)
+            ),
             derived_batch_size=self.derived_batch_size,
             group_size=self.config.group_size,
             queue_size=self._queue_estimate,
