@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add(g, "train_dtype", choices=["auto", "float32", "bfloat16", "float16"])
     _add(g, "gradient_checkpointing", action=argparse.BooleanOptionalAction)
     _add(g, "max_grad_norm", type=float)
+    _add(g, "micro_batch_tokens", type=int)
+    _add(g, "sequence_packing", choices=["auto", "on", "off"])
+    _add(g, "logprob_chunk_tokens", type=int)
     _add(g, "seed", type=int)
     _add(
         g,

@@ -181,7 +181,8 @@ class TrainingConfig(BaseModel):
     inference_backend: Literal["vllm", "hf"] = Field(
         "vllm",
         description="local inference server: vllm, or hf (example_trainer.hf_generation: Hugging Face "
-        "generate in one light process, for small models on a CPU; full-weight modes only)",
+        "generate in one light process, for small models on a CPU or where vLLM is not installed; LoRA "
+        "adapters are merged into a copy of the base weights)",
     )
     inference_threads: int = Field(1, ge=1, description="torch threads of the hf inference server")
     seed: int = Field(0, description="seed of python, numpy and torch RNGs")
@@ -190,6 +191,25 @@ class TrainingConfig(BaseModel):
     )
     gradient_checkpointing: bool | None = Field(None, description="default: on for CUDA, off on CPU")
     max_grad_norm: float = Field(1.0, gt=0)
+    micro_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="form micro-batches by a token budget instead of --batch-size sequences: at most this many "
+        "tokens through the model per micro-batch (packed: their sum; padded: rows x longest row, rows sorted "
+        "by length); a longer sequence gets a micro-batch of its own",
+    )
+    sequence_packing: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="run each micro-batch as one row without padding, position ids restarting per sequence; "
+        "auto: on with flash-attention (variable-length kernels), off with SDPA/eager, which would compute "
+        "the packed row's whole square",
+    )
+    logprob_chunk_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="positions per chunk of the output head when computing log-probabilities, so the "
+        "[batch, length, vocab] logits never exist at once (default: 2^25 logits per chunk)",
+    )
     api_retries: int = Field(5, ge=1, description="attempts per API request before giving up")
     api_timeout: float = Field(30.0, gt=0, description="seconds to wait for the API to become reachable")
     plot_path: str | None = Field(
@@ -303,8 +323,6 @@ class TrainingConfig(BaseModel):
             raise ValueError("lora_layer_indices needs --weight-bridge-mode lora_only or lora_restart")
         if self.inference_server_urls and self.num_inference_nodes > 0:
             raise ValueError("give either inference_server_urls or num_inference_nodes, not both")
-        if self.inference_backend == "hf" and self.is_lora:
-            raise ValueError("inference_backend hf serves full weights; LoRA modes need vllm")
         if self.distributed_strategy == "fsdp":
             if self.is_lora:
                 raise ValueError(
@@ -322,7 +340,9 @@ class TrainingConfig(BaseModel):
             if self.distributed_strategy == "fsdp" or self.world_size > 1:
                 raise ValueError("shared_vllm trains the one local server's weights in one trainer process")
             if self.inference_server_urls or self.num_inference_nodes > 0:
-                raise ValueError("shared_vllm shares memory with a local server; remote servers cannot share it")
+                raise ValueError(
+                    "shared_vllm shares memory with a local server; remote servers cannot share it"
+                )
         return self
 
     # --- derived values ------------------------------------------------------------------------

@@ -84,7 +84,8 @@ class _TargetLogprobs(torch.autograd.Function):
     """``log_softmax(h W^T + b) / t`` at the ids ``targets``, chunk by chunk; the logits are never stored.
 
     Inputs: ``hidden`` [n, H], ``weight`` [V, H], ``bias`` [V] or None, ``targets`` [n, m] (entries < 0
-    give 0), ``temperature`` [n, 1] float32, ``chunk`` positions per chunk. Output [n, m] float32.
+    give 0), ``temperature`` [n, 1], ``chunk`` positions per chunk. Output [n, m] float32 (float64
+    for a float64 model).
     The backward pass makes each chunk's logits again: with ``p`` the softmax and ``g`` the incoming
     gradient, the logits' gradient is ``(onehot(targets)^T g - p * sum(g)) / t``.
     """
@@ -93,10 +94,12 @@ class _TargetLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, weight, bias, targets, temperature, chunk):  # noqa: ANN001, ANN205
         valid = targets >= 0
         ids = targets.clamp(min=0)
-        out = torch.empty(targets.shape, dtype=torch.float32, device=hidden.device)
+        dtype = torch.promote_types(weight.dtype, torch.float32)  # float32 (float64 for a float64 model)
+        temperature = temperature.to(dtype)
+        out = torch.empty(targets.shape, dtype=dtype, device=hidden.device)
         for start in range(0, hidden.shape[0], chunk):
             end = start + chunk
-            logits = F.linear(hidden[start:end], weight, bias).float() / temperature[start:end]  # [c, V]
+            logits = F.linear(hidden[start:end], weight, bias).to(dtype) / temperature[start:end]  # [c, V]
             out[start:end] = logits.gather(1, ids[start:end]) - torch.logsumexp(logits, dim=-1, keepdim=True)
         ctx.save_for_backward(hidden, weight, bias, ids, valid, temperature)
         ctx.chunk = chunk
@@ -106,25 +109,26 @@ class _TargetLogprobs(torch.autograd.Function):
     def backward(ctx, grad_out):  # noqa: ANN001, ANN205
         hidden, weight, bias, ids, valid, temperature = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
-        grad_out = torch.where(valid, grad_out.float(), torch.zeros_like(grad_out, dtype=torch.float32))
-        grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        grad_weight = (
-            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
+        dtype = temperature.dtype
+        grad_out = torch.where(
+            valid, grad_out.to(dtype), torch.zeros((), dtype=dtype, device=grad_out.device)
         )
-        grad_bias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_bias else None
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if need_weight else None
+        grad_bias = torch.zeros(bias.shape, dtype=dtype, device=bias.device) if need_bias else None
         for start in range(0, hidden.shape[0], ctx.chunk):
             end = start + ctx.chunk
             h, g = hidden[start:end], grad_out[start:end]
-            logits = F.linear(h, weight, bias).float() / temperature[start:end]
+            logits = F.linear(h, weight, bias).to(dtype) / temperature[start:end]
             grad_logits = torch.softmax(logits, dim=-1).mul_(-g.sum(dim=1, keepdim=True))
             grad_logits.scatter_add_(1, ids[start:end], g)
             grad_logits = grad_logits.div_(temperature[start:end]).to(weight.dtype)  # [c, V]
             if need_hidden:
                 grad_hidden[start:end] = grad_logits @ weight
             if need_weight:
-                grad_weight += (grad_logits.t() @ h).float()
+                grad_weight += (grad_logits.t() @ h).to(dtype)
             if need_bias:
-                grad_bias += grad_logits.float().sum(dim=0)
+                grad_bias += grad_logits.to(dtype).sum(dim=0)
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
         if grad_bias is not None:
@@ -177,7 +181,8 @@ def sequence_logprobs(
 
     Inputs: ``tokens`` [B, K] model input, ``labels`` [B, K] (-100: not scored), ``temperatures``
     [B, 1, 1] or None, ``extra_ids`` [B, K, k] more ids to score at each position (e.g. a teacher's
-    top-k; entries < 0 are padding). Returns ``(logp [B, K], extra [B, K, k] or None)`` float32 on
+    top-k; entries < 0 are padding). Returns ``(logp [B, K], extra [B, K, k] or None)`` float32 (float64
+    for a float64 model) on
     ``device``, 0 where nothing is scored: the same numbers as ``log_softmax(model(tokens).logits / t)``
     gathered at those ids, differentiable with respect to the model's parameters.
 
@@ -195,11 +200,13 @@ def sequence_logprobs(
         targets = torch.cat([targets, extra_ids.to(targets.dtype)], dim=-1)  # [B, K, 1 + k]
     temperature = _temperature(temperatures, b)
     rows_in = [r for r in range(b) if int(lengths[r]) > 0]
-    logp = torch.zeros((b, k), dtype=torch.float32, device=device)
-    extra = None if extra_ids is None else torch.zeros(extra_ids.shape, dtype=torch.float32, device=device)
+    head = plain_output_head(model)
+    weight = head.weight if head is not None else next(inner_model(model).parameters())
+    dtype = torch.promote_types(weight.dtype, torch.float32)
+    logp = torch.zeros((b, k), dtype=dtype, device=device)
+    extra = None if extra_ids is None else torch.zeros(extra_ids.shape, dtype=dtype, device=device)
     if not rows_in:
         return logp, extra
-    head = plain_output_head(model)
     rows = torch.tensor(rows_in)
     if packed:
         row_len = lengths[rows]  # [R]
@@ -225,7 +232,9 @@ def sequence_logprobs(
             scores = model(**call, use_cache=False).logits  # [n, m]
     else:  # full logits, then the same gather
         logits = model(**call, use_cache=False).logits
-        flat = logits.reshape(-1, logits.shape[-1]).index_select(0, flat_positions.to(device)).float() / temp
+        flat = (
+            logits.reshape(-1, logits.shape[-1]).index_select(0, flat_positions.to(device)).to(dtype) / temp
+        )
         gathered = torch.log_softmax(flat, dim=-1).gather(1, wanted.clamp(min=0))
         scores = torch.where(wanted >= 0, gathered, torch.zeros_like(gathered))
     index = (source_rows.to(device), col_index.to(device))

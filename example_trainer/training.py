@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,9 @@ from example_trainer.distributed import (
     no_sync,
     unwrap_model,
 )
-from example_trainer.loss import StepTotals, compute_grpo_loss, token_logprobs
+from example_trainer.logprobs import packs_efficiently, sequence_logprobs
+from example_trainer.loss import LossOutput, StepTotals, compute_grpo_loss, policy_loss
+from example_trainer.packing import micro_batches
 
 logger = logging.getLogger(__name__)
 
@@ -97,23 +99,25 @@ def trained_window(labels: torch.Tensor) -> tuple[int, int] | None:
 
 
 def _reference_logprobs(
-    model: Any,
-    ref_model: Any | None,
-    tokens: torch.Tensor,
-    keep: int,
-    labels: torch.Tensor,
-    temperatures: torch.Tensor,
+    model: Any, ref_model: Any | None, score: Callable[[Any], torch.Tensor]
 ) -> torch.Tensor:
-    """Label logprobs under the frozen reference: ``ref_model`` or, for PEFT models, the adapter-free base."""
+    """``score(reference)``: label logprobs under the frozen reference, ``ref_model`` or, for PEFT models,
+    the adapter-free base."""
     with torch.no_grad():
         if ref_model is not None:
-            logits = forward_logits(ref_model, tokens, keep)
-        elif hasattr(model, "disable_adapter"):
+            return score(ref_model)
+        if hasattr(model, "disable_adapter"):
             with model.disable_adapter():
-                logits = forward_logits(model, tokens, keep)
-        else:
-            raise ValueError("kl_coef > 0 needs a reference model")
-        return token_logprobs(logits, labels, temperatures)
+                return score(model)
+        raise ValueError("kl_coef > 0 needs a reference model")
+
+
+def use_packing(config: TrainingConfig, model: Any) -> bool:
+    """Whether micro-batches run as packed rows: ``--sequence-packing on``, or ``auto`` with an attention
+    that runs packed rows as separate sequences (flash-attention; SDPA would pay the packed row's square)."""
+    if config.sequence_packing == "auto":
+        return packs_efficiently(model)
+    return config.sequence_packing == "on"
 
 
 @dataclass
@@ -250,6 +254,56 @@ def _participate(model: Any, device: str) -> None:
     (forward_logits(model, tokens, 1).sum() * 0.0).backward()
 
 
+def _micro_batch_loss(
+    model: Any,
+    ref_model: Any | None,
+    mb: MicroBatch,
+    window: tuple[int, int],
+    config: TrainingConfig,
+    totals: StepTotals,
+    packed: bool,
+    device: str,
+) -> LossOutput:
+    """The loss of one micro-batch from its per-token log-probabilities (:func:`sequence_logprobs`, packed
+    or padded, the output head in chunks). ``window`` = ``(first, end)``: the columns from the first to the
+    last trained position; the model runs columns ``[0, end)``, the loss sees ``[first, end)``."""
+    settings = config.loss_settings
+    first, end = window
+    tokens, labels = mb.tokens[:, :end], mb.labels[:, :end]  # [B, end]
+    forward_topk = settings.distill_kind == "forward" and settings.distill_coef > 0
+    topk_ids = mb.teacher_topk_ids if forward_topk else None
+
+    def score(m: Any, extra_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """([B, end] label logprobs, [B, end, k] logprobs of ``extra_ids``) under the model ``m``."""
+        return sequence_logprobs(
+            m, tokens, labels, mb.temperatures, extra_ids=extra_ids, packed=packed,
+            chunk_tokens=config.logprob_chunk_tokens, device=device,
+        )  # fmt: skip
+
+    def cols(t: torch.Tensor | None) -> torch.Tensor | None:
+        """A per-token tensor's trained columns [B, end - first, ...] on the device."""
+        return None if t is None else t[:, first:end].to(device)
+
+    ref_lp = None
+    if config.kl_coef > 0:
+        ref_lp = cols(_reference_logprobs(unwrap_model(model), ref_model, lambda m: score(m)[0]))
+    logp, student_topk = score(
+        model, None if topk_ids is None else topk_ids[:, :end]
+    )  # [B, end], [B, end, k]
+    return policy_loss(
+        cols(logp),
+        cols(labels) != IGNORE_INDEX,
+        mb.advantages.to(device) if mb.advantages.shape[1] == 1 else cols(mb.advantages),
+        cols(mb.inference_logprobs),
+        settings,
+        totals,
+        ref_logprobs=ref_lp,
+        teacher_logprobs=cols(mb.teacher_logprobs),
+        teacher_topk_logprobs=cols(mb.teacher_topk_logprobs) if student_topk is not None else None,
+        student_topk_logprobs=cols(student_topk),
+    )
+
+
 def run_training_step(
     model: Any,
     optimizer: torch.optim.Optimizer,
@@ -274,20 +328,38 @@ def run_training_step(
     the columns from its first trained position: padding and prompt-only columns cost nothing, and the
     result is the same as on the full padded batch.
 
-    ``share_prefixes`` (default: on for one process without a KL term): rows that share their tokens up to
-    their first trained position (the completions of one prompt) run that prefix through the model once
-    (see :func:`shared_prefix_layout`); the loss and gradients are those of the row-by-row computation.
+    Micro-batches are ``config.batch_size`` sequences, or with ``config.micro_batch_tokens`` as many as fit
+    that many tokens (:mod:`example_trainer.packing`); they run packed, without padding, where
+    :func:`use_packing` says so. Log-probabilities come from the output head run a chunk of positions at a
+    time (:mod:`example_trainer.logprobs`): the ``[B, K, V]`` logits never exist at once.
+
+    ``share_prefixes`` (default: on for one process without a KL term, micro-batches of ``batch_size``
+    padded rows): rows that share their tokens up to their first trained position (the completions of one
+    prompt) run that prefix through the model once (see :func:`shared_prefix_layout`); the loss and
+    gradients are those of the row-by-row computation.
     """
     ctx = dist or DistContext(device=config.device)
+    packed = use_packing(config, model)
+    budget = config.micro_batch_tokens
     if share_prefixes is None:
-        share_prefixes = not ctx.enabled and config.kl_coef == 0 and supports_shared_prefixes(model)
+        share_prefixes = (
+            not ctx.enabled
+            and config.kl_coef == 0
+            and budget is None
+            and not packed
+            and supports_shared_prefixes(model)
+        )
     lr = lr_at_step(step, config.lr, config.warmup_steps)
     for group in optimizer.param_groups:
         group["lr"] = lr
     device = ctx.device
-    micro: list[MicroBatch | None] = (
-        local_micro_batches(batch, ctx, config.batch_size) if ctx.enabled else list(batch.micro_batches)
-    )
+    if ctx.enabled:
+        micro: list[MicroBatch | None] = local_micro_batches(batch, ctx, config.batch_size, budget, packed)
+    elif budget is not None or packed:
+        micro = micro_batches(batch, config.batch_size, budget, packed)
+    else:
+        micro = list(batch.micro_batches)
+    settings = config.loss_settings
     n_global = batch.num_sequences
     totals = StepTotals(
         sequences=n_global,
@@ -308,47 +380,25 @@ def run_training_step(
                 if ctx.enabled:
                     _participate(model, device)
                 continue
-            temps = mb.temperatures.to(device)
-            ref_lp = None
             layout = shared_prefix_layout(mb) if share_prefixes else None
             if layout is not None:
                 logits = shared_prefix_logits(model, layout, device)
-                labels = layout.suffix_labels.to(device)
-                advantages = layout.suffix_advantages
-                lam = None if layout.suffix_logprobs is None else layout.suffix_logprobs.to(device)
                 teacher = layout.suffix_teacher
-            else:
-                first, end = window
-                keep = end - first
-                tokens = mb.tokens[:, :end].to(device, non_blocking=True)
-                labels = mb.labels[:, first:end].to(device, non_blocking=True)
-                advantages = mb.advantages if mb.advantages.shape[1] == 1 else mb.advantages[:, first:end]
-                lam = (
-                    None if mb.inference_logprobs is None else mb.inference_logprobs[:, first:end].to(device)
+                out = compute_grpo_loss(
+                    logits,
+                    layout.suffix_labels.to(device),
+                    layout.suffix_advantages.to(device),
+                    mb.temperatures.to(device),
+                    None if layout.suffix_logprobs is None else layout.suffix_logprobs.to(device),
+                    settings=settings,
+                    totals=totals,
+                    teacher_topk_ids=None if teacher is None else teacher[0].to(device),
+                    teacher_topk_logprobs=None if teacher is None else teacher[1].to(device),
+                    teacher_logprobs=None if teacher is None else teacher[2].to(device),
                 )
-                teacher = None
-                if mb.teacher_topk_ids is not None:
-                    teacher = (
-                        mb.teacher_topk_ids[:, first:end],
-                        mb.teacher_topk_logprobs[:, first:end],
-                        mb.teacher_logprobs[:, first:end],
-                    )
-                if config.kl_coef > 0:
-                    ref_lp = _reference_logprobs(unwrap_model(model), ref_model, tokens, keep, labels, temps)
-                logits = forward_logits(model, tokens, keep)
-            out = compute_grpo_loss(
-                logits,
-                labels,
-                advantages.to(device),
-                temps,
-                lam,
-                ref_logprobs=ref_lp,
-                settings=config.loss_settings,
-                totals=totals,
-                teacher_topk_ids=None if teacher is None else teacher[0].to(device),
-                teacher_topk_logprobs=None if teacher is None else teacher[1].to(device),
-                teacher_logprobs=None if teacher is None else teacher[2].to(device),
-            )
+                del logits
+            else:
+                out = _micro_batch_loss(model, ref_model, mb, window, config, totals, packed, device)
             out.loss.backward()
         computed += 1
         total_loss += float(out.loss.detach())
@@ -357,7 +407,7 @@ def run_training_step(
                 maxima[key] = max(maxima.get(key, value), value)
             else:
                 sums[key] = sums.get(key, 0.0) + value
-        del logits, out
+        del out
     params = [p for g in optimizer.param_groups for p in g["params"]]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
     optimizer.step()

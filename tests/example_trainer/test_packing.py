@@ -208,3 +208,97 @@ def test_micro_batches_regroup_rows_and_ranks_get_equal_counts():
     assert len(per_rank[0]) == len(per_rank[1])
     assert sum(mb.num_sequences for part in per_rank for mb in part if mb is not None) == 12
     assert max(lengths) == 39 and sum(lengths) > 64  # the last token of a row is input to nothing
+
+
+# --- the optimizer step -----------------------------------------------------------------------------
+
+
+def _mixed_length_batch():
+    """Two groups of completions from 3 to 60 tokens, with rollout logprobs and a temperature."""
+    lengths = [[64, 9, 30, 5], [17, 48, 12, 40]]
+    groups = []
+    for seed, group_lengths in enumerate(lengths):
+        group = make_group(lengths=group_lengths, prompt_len=4, seed=20 + seed, scores=[1.0, 0.0, 0.5, 0.0])
+        group["inference_logprobs"] = [
+            [1.0] * 4 + [-1.5 - 0.01 * i for i in range(n - 4)] for n in group_lengths
+        ]
+        group["overrides"] = [{"temperature": 0.8}, {}, {}, {"temperature": 1.2}]
+        groups.append(group)
+    return groups
+
+
+def _step(tiny_model_dir, tmp_path, share_prefixes=False, **settings):
+    """(loss, gradients) of one step of ``run_training_step`` on the float64 tiny model."""
+    from example_trainer.config import TrainingConfig
+    from example_trainer.model import load_model_and_tokenizer, trainable_parameters
+    from example_trainer.training import run_training_step
+
+    cfg = TrainingConfig(
+        model_name=str(tiny_model_dir), device="cpu", optimizer="adamw", save_path=str(tmp_path),
+        max_grad_norm=1e9, batch_size=3, **settings,
+    )  # fmt: skip
+    model, _ = load_model_and_tokenizer(cfg)
+    model.double()
+    params = trainable_parameters(model)
+    grads: list[torch.Tensor] = []
+
+    class Capture(torch.optim.SGD):
+        def step(self, closure=None):
+            grads.extend(p.grad.detach().clone() for p in params)
+
+    batch = prepare_batch(_mixed_length_batch(), cfg.batch_size)
+    metrics = run_training_step(
+        model, Capture(params, lr=0.0), batch, cfg, step=0, share_prefixes=share_prefixes
+    )
+    return metrics["loss"], grads
+
+
+LAYOUTS = {
+    "batch-size rows, padded": {},
+    "token budget, sorted and padded": {"micro_batch_tokens": 100, "sequence_packing": "off"},
+    "token budget, packed": {"micro_batch_tokens": 100, "sequence_packing": "on"},
+    "batch-size rows, packed, small head chunks": {"sequence_packing": "on", "logprob_chunk_tokens": 7},
+    "one packed micro-batch": {"micro_batch_tokens": 10_000, "sequence_packing": "on"},
+}
+
+
+@pytest.fixture(scope="module")
+def full_logits_step(tiny_model_dir, tmp_path_factory):
+    """The step as the loss sees it with the whole batch's padded full logits in one micro-batch."""
+    from example_trainer.config import TrainingConfig
+    from example_trainer.loss import StepTotals, compute_grpo_loss
+    from example_trainer.model import load_model_and_tokenizer, trainable_parameters
+
+    cfg = TrainingConfig(
+        model_name=str(tiny_model_dir), device="cpu", save_path=str(tmp_path_factory.mktemp("ref"))
+    )
+    model, _ = load_model_and_tokenizer(cfg)
+    model.double()
+    batch = prepare_batch(_mixed_length_batch(), 8)
+    (mb,) = batch.micro_batches
+    totals = StepTotals(sequences=8, tokens=batch.num_trained_tokens, longest=batch.longest_completion)
+    out = compute_grpo_loss(
+        model(mb.tokens).logits, mb.labels, mb.advantages, mb.temperatures, mb.inference_logprobs,
+        settings=cfg.loss_settings, totals=totals,
+    )  # fmt: skip
+    out.loss.backward()
+    return float(out.loss.detach()), [p.grad.detach().clone() for p in trainable_parameters(model)]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_every_layout_gives_the_loss_and_gradients_of_full_padded_logits(
+    tiny_model_dir, tmp_path, full_logits_step, layout
+):
+    want_loss, want_grads = full_logits_step
+    loss, grads = _step(tiny_model_dir, tmp_path, **LAYOUTS[layout])
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    for got, want in zip(grads, want_grads, strict=True):
+        assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+
+
+def test_shared_prefixes_still_give_the_same_step(tiny_model_dir, tmp_path, full_logits_step):
+    want_loss, want_grads = full_logits_step
+    loss, grads = _step(tiny_model_dir, tmp_path, share_prefixes=True)
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    for got, want in zip(grads, want_grads, strict=True):
+        assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
