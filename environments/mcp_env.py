@@ -43,7 +43,7 @@ from atroposlib.envs.episodes import Episode, Feedback
 from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
 from atroposlib.envs.tools import run_tool_calls, tool_schema
 from atroposlib.envs.tools.mcp_client import McpConnection, McpServerSpec, McpTool, connect_all
-from atroposlib.utils.tool_calls import ToolCallError, canonical_value, json_values_equal
+from atroposlib.utils.tool_calls import ToolCallError, canonical_value, json_contains
 
 logger = logging.getLogger(__name__)
 
@@ -64,19 +64,6 @@ class McpItem:
     prompt: str
     tool_name: str
     arguments: dict[str, Any]
-
-
-def contains(actual: Any, expected: Any) -> bool:
-    """Whether ``actual`` holds ``expected``: objects by their expected keys (recursively), other values
-    equal as JSON values."""
-    if isinstance(expected, dict):
-        return isinstance(actual, dict) and all(
-            key in actual and contains(actual[key], value) for key, value in expected.items()
-        )
-    try:
-        return json_values_equal(actual, expected)
-    except ToolCallError:
-        return False
 
 
 def items_of(rows: list[dict[str, Any]], source: str) -> list[McpItem]:
@@ -165,7 +152,8 @@ class McpSession:
     def matched(self) -> bool:
         """Whether some call named the expected tool with at least the expected arguments."""
         return any(
-            name == self.item.tool_name and contains(args, self.item.arguments) for name, args in self.made
+            name == self.item.tool_name and json_contains(args, self.item.arguments)
+            for name, args in self.made
         )
 
 

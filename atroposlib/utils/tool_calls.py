@@ -63,6 +63,19 @@ def json_values_equal(left: Any, right: Any) -> bool:
     return canonical_json(left) == canonical_json(right)
 
 
+def json_contains(actual: Any, expected: Any) -> bool:
+    """Whether ``actual`` holds ``expected``: objects by the expected keys (recursively, extra keys allowed),
+    every other value equal by :func:`json_values_equal`; False for values that are not JSON."""
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            key in actual and json_contains(actual[key], value) for key, value in expected.items()
+        )
+    try:
+        return json_values_equal(actual, expected)
+    except ToolCallError:
+        return False
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """One call: the function ``name`` and its ``arguments`` object."""

@@ -20,7 +20,8 @@ from atroposlib.envs.tools.mcp_client import McpServerSpec, connect_all
 from atroposlib.testing.api_process import free_port
 from atroposlib.testing.processes import stop_process
 from atroposlib.testing.scripted_server import launch_scripted_server
-from environments.mcp_env import McpEnv, McpEnvConfig, contains, items_of
+from atroposlib.utils.tool_calls import json_contains as contains
+from environments.mcp_env import McpEnv, McpEnvConfig, items_of
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.multi_turn_runs import episode_responder, tool_call
 from tests.helpers.single_turn_runs import offline_env, setup_failure, write_jsonl
