@@ -56,7 +56,7 @@ def test_score_any_accepts_any_listed_form_but_not_a_hedge_across_them(scorer):
 
 
 def test_read_does_not_compare():
-    verdict = MathScorer.read("<think>x</think>\\boxed{7}")
+    verdict = MathScorer().read("<think>x</think>\\boxed{7}")
     assert (verdict.correct, verdict.reason, verdict.answers) == (False, "wrong", ("7",))
 
 
