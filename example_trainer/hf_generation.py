@@ -25,6 +25,10 @@ trainer and the environments use::
   memory, CUDA weights are shared through IPC handles); updates then need no route at all.
 * ``POST /bridge/init_weight_group`` and ``POST /bridge/receive_weights``: weights broadcast by the trainer
   (:mod:`example_trainer.weight_broadcast`), loaded like a checkpoint but without the disk.
+* ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` (checks the adapter) and ``POST /lora/load``
+  ``{"adapter_path", "adapter_name"}`` (serves it), ``POST /lora/unload``: a PEFT LoRA adapter, merged into a
+  copy of the base weights (:mod:`example_trainer.lora_merge`), so that ``lora_only`` and ``lora_restart``
+  run on this backend too; every request is then answered by the adapted model.
 
 Requests with the same sampling settings that are waiting when a batch starts are generated together
 (up to ``--max-batch-sequences`` sequences), so an environment with many groups in flight costs one
@@ -55,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from example_trainer.vllm_api_server import (
     ApiError,
+    LoraLoadBody,
     ReceiveWeightsBody,
     UpdateWeightsBody,
     WeightGroupBody,
@@ -183,6 +188,8 @@ class HfGenerator:
         #: With shared weights the trainer writes the parameters in place: one copy, never swapped.
         self.shared_weights = shared_weights
         self._manifest: dict[str, Any] | None = None
+        self._base_state: dict[str, Any] | None = None  #: the base weights, kept once an adapter is served
+        self.adapter: str | None = None
         from example_trainer.weight_broadcast import WeightReceiver
 
         self.receiver = WeightReceiver()
@@ -442,6 +449,33 @@ class HfGenerator:
                 f"{source} does not match the served model: missing {missing[:3]}, unexpected {unexpected[:3]}"
             )
 
+    def load_adapter(self, adapter_dir: Path | None) -> float:
+        """Serve the base weights plus the LoRA adapter in ``adapter_dir`` (None: the base weights alone), as
+        :meth:`update_weights` swaps weights; returns the seconds it took.
+
+        Raises:
+            AdapterError: not an adapter of the served model (the served weights stay).
+        """
+        from example_trainer.lora_merge import adapter_deltas, merge_into
+
+        start = time.perf_counter()
+        deltas = adapter_deltas(adapter_dir) if adapter_dir is not None else {}
+        with self._update_lock:
+            if self._base_state is None:  # the weights served before the first adapter
+                active = self._models[self._active]
+                self._base_state = {n: p.detach().clone() for n, p in active.named_parameters()}
+            spare = 1 - self._active
+            if self._models[spare] is None:
+                self._models[spare] = copy.deepcopy(self._models[self._active])
+            with self._cond:
+                self._cond.wait_for(lambda: self._busy[spare] == 0)
+            merge_into(self._models[spare], self._base_state, deltas)
+            with self._cond:
+                self._active = spare
+            self.adapter = str(adapter_dir) if adapter_dir is not None else None
+            self.update_count += 1
+        return time.perf_counter() - start
+
     def shared_manifest(self) -> dict[str, Any]:
         """Handles to the served parameters (:func:`example_trainer.shared_weights.export_parameters`)."""
         from example_trainer.shared_weights import export_parameters
@@ -515,6 +549,38 @@ def build_app(
             "update_count": generator.update_count,
         }
 
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(request: Request) -> Response:
+        parsed = await _parsed_body(request, LoadAdapterBody)
+        await asyncio.to_thread(_checked_adapter, parsed.lora_path)
+        return Response(f"Success: LoRA adapter '{parsed.lora_name}' added successfully.", status_code=200)
+
+    @app.post("/lora/load")
+    async def lora_load(request: Request) -> dict[str, Any]:
+        parsed = await _parsed_body(request, LoraLoadBody)
+        path = Path(parsed.adapter_path)
+        if not path.is_dir():
+            raise ApiError(404, f"Adapter not found: {parsed.adapter_path}")
+        if generator.shared_weights:
+            raise ApiError(
+                409, "a server with --shared-weights serves the trainer's own weights, not adapters"
+            )
+        from example_trainer.lora_merge import AdapterError
+
+        try:
+            seconds = await asyncio.to_thread(generator.load_adapter, path)
+        except AdapterError as exc:
+            raise ApiError(400, str(exc)) from None
+        return {"status": "ok", "adapter_path": parsed.adapter_path, "adapter_name": parsed.adapter_name,
+                "seconds": seconds, "load_count": generator.update_count}  # fmt: skip
+
+    @app.post("/lora/unload")
+    async def lora_unload() -> dict[str, Any]:
+        previous = generator.adapter
+        if previous is not None:
+            await asyncio.to_thread(generator.load_adapter, None)
+        return {"status": "ok", "previous_adapter": previous}
+
     @app.get("/bridge/shared_weights")
     async def shared_weights() -> dict[str, Any]:
         if not generator.shared_weights:
@@ -540,6 +606,24 @@ def build_app(
         return {"status": "updated", "seconds": seconds, "update_count": generator.update_count}
 
     return app
+
+
+class LoadAdapterBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    lora_name: str
+    lora_path: str
+
+
+def _checked_adapter(path: str) -> None:
+    """``ApiError`` 404/400 unless ``path`` is a LoRA adapter directory this backend can merge."""
+    from example_trainer.lora_merge import AdapterError, adapter_deltas
+
+    if not Path(path).is_dir():
+        raise ApiError(404, f"Adapter not found: {path}")
+    try:
+        adapter_deltas(path)
+    except AdapterError as exc:
+        raise ApiError(400, str(exc)) from None
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -13,8 +13,9 @@ one of four ways (:data:`RefreshMode`):
 ``lora_restart``  restart the server on the base model, then activate the adapter.
 
 With ``backend="hf"`` the server is ``python -m example_trainer.hf_generation`` instead (Hugging Face
-``generate`` in one process, for small models on a CPU): the same ``/health``, ``/generate`` and
-``/bridge/update_weights`` routes, so ``restart`` and ``reload`` work the same way; no LoRA modes.
+``generate`` in one process, for small models on a CPU, or where vLLM is not installed): the same
+``/health``, ``/generate``, ``/bridge/update_weights`` and LoRA routes (adapters merged into a copy of the
+base weights), so every mode works the same way.
 
 Only the manager's own process group is ever signalled (never by name, port or GPU). A server
 that dies is detected (a watcher thread and every call check it), reported with the tail of its
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import requests
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from atroposlib.testing.processes import ServiceNotReady, read_tail, stop_process, wait_until_ok
 from example_trainer.weight_refresh import (
@@ -100,7 +101,7 @@ class VllmManagerConfig(BaseModel):
     backend: Literal["vllm", "hf"] = Field(
         "vllm",
         description="vllm (example_trainer.vllm_api_server) or hf (example_trainer.hf_generation: Hugging "
-        "Face generate in one process, for small models on a CPU; full weights only)",
+        "Face generate in one process, for small models on a CPU or without vLLM; adapters merged into the weights)",
     )
     inference_threads: int = Field(1, ge=1, description="torch threads of the hf server")
     hf_device: str = Field("cpu", description="torch device of the hf server (the trainer's, e.g. cuda:0)")
@@ -116,12 +117,6 @@ class VllmManagerConfig(BaseModel):
         if value not in VLLM_LORA_RANKS:
             raise ValueError(f"must be one of {VLLM_LORA_RANKS} (vLLM's --max-lora-rank values)")
         return value
-
-    @model_validator(mode="after")
-    def _check_backend(self) -> VllmManagerConfig:
-        if self.backend == "hf" and self.refresh_mode in ("lora", "lora_restart"):
-            raise ValueError("the hf backend serves full weights; LoRA refresh modes need vllm")
-        return self
 
     @classmethod
     def from_training_config(cls, cfg: Any) -> VllmManagerConfig:

@@ -154,6 +154,40 @@ def test_manager_starts_the_hf_server_and_reloads_it(model_dir, tmp_path):
         assert manager.is_healthy()
 
 
-def test_hf_backend_has_no_lora_modes():
-    with pytest.raises(ValueError, match="LoRA refresh modes need vllm"):
-        VllmManagerConfig(backend="hf", refresh_mode="lora")
+def test_a_lora_adapter_is_served_merged_and_unloaded(client, generator, model_dir, tmp_path):
+    """lora_only on the hf backend: the adapter's logprobs are PEFT's, and unloading restores the base."""
+    from peft import LoraConfig, get_peft_model
+
+    base, _ = load_causal_lm(model_dir)
+    peft_model = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"])
+    )
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:
+                p.copy_(0.3 * torch.randn_like(p))
+    peft_model.save_pretrained(tmp_path / "adapter")
+    peft_model.eval()
+    prompt = _prompt(generator)
+    body = {"prompt": {"prompt_token_ids": prompt}, "max_tokens": 5, "temperature": 0, "logprobs": 0}
+    before = client.post("/generate", json=body).json()
+    assert (
+        client.post(
+            "/v1/load_lora_adapter", json={"lora_name": "a", "lora_path": str(tmp_path / "adapter")}
+        ).status_code
+        == 200
+    )
+    assert client.post("/lora/load", json={"adapter_path": str(tmp_path / "adapter")}).status_code == 200
+    adapted = client.post("/generate", json=body).json()
+    ids = adapted["token_ids"][0]
+    served = [float(next(iter(pos[0].values()))) for pos in adapted["logprobs"][0]]
+    assert _reference_logprobs(peft_model, prompt, ids) == pytest.approx(served, abs=1e-5)
+    assert served != pytest.approx(
+        [float(next(iter(p[0].values()))) for p in before["logprobs"][0]], abs=1e-3
+    )
+    assert client.post("/lora/unload").json()["previous_adapter"] == str(tmp_path / "adapter")
+    assert client.post("/generate", json=body).json()["logprobs"] == before["logprobs"]
+    assert (
+        client.post("/lora/load", json={"adapter_path": str(model_dir)}).status_code == 400
+    )  # not an adapter
