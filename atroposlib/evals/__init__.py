@@ -66,6 +66,7 @@ _EXPORTS = {
     "answer_index": "multiple_choice",
     "format_choices": "multiple_choice",
     "option_labels": "multiple_choice",
+    "labelled_choices": "multiple_choice",
     "extract_number": "answers",
     "extract_word": "answers",
     "seeded_order": "multiple_choice",

@@ -87,6 +87,19 @@ def format_choices(
     )
 
 
+def labelled_choices(row: Row, key_field: str) -> tuple[list[str], int]:
+    """The option texts of a row whose ``choices`` is ``{"text": [...], "label": [...]}`` (ARC, OpenBookQA) and
+    the index of the option whose label the row's ``key_field`` holds; :class:`RowError` otherwise."""
+    choices = row.data["choices"]
+    if not isinstance(choices, dict) or "text" not in choices or "label" not in choices:
+        raise RowError("choices", "must be an object with 'text' and 'label' lists")
+    labels = [str(label).strip() for label in choices["label"]]
+    key = str(row.data[key_field]).strip()
+    if key not in labels:
+        raise RowError(key_field, f"must be one of the labels {labels}, got {key!r}")
+    return [str(t) for t in choices["text"]], labels.index(key)
+
+
 class MultipleChoiceEval(EvalEnv):
     """A benchmark whose rows are multiple-choice questions (see the module docstring).
 
@@ -186,6 +199,7 @@ __all__ = [
     "MultipleChoiceEval",
     "answer_index",
     "format_choices",
+    "labelled_choices",
     "option_labels",
     "seeded_order",
 ]
