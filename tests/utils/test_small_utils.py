@@ -125,6 +125,16 @@ def test_metrics_table_layout():
     ]
 
 
+def test_metrics_table_puts_a_stderr_key_in_the_stderr_column():
+    table = format_metrics_table(
+        "mmlu", {"eval/accuracy": 0.375, "eval/accuracy_stderr": 0.18298, "eval/num_items": 8}
+    )
+    assert table.splitlines()[2:] == [
+        "|mmlu  |1      |none  |      |accuracy | ↑ |0.3750| ± |0.1830|",
+        "|mmlu  |1      |none  |      |num items|   |8.0000| ± |0.0000|",
+    ]
+
+
 def test_display_metrics_table_prints_title_table_and_time(capsys):
     display_metrics_table("task", {"eval/acc": 1.0}, 100.0, 102.5)
     out = capsys.readouterr().out
