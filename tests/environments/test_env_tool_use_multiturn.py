@@ -3,8 +3,6 @@ the original's reward, masking, ``process`` and ``evaluate`` with the hub unreac
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from transformers import AutoTokenizer
 
@@ -24,6 +22,7 @@ from environments.tool_use_multiturn_server import (
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.multi_turn_runs import episode_responder, tool_call
 from tests.helpers.single_turn_runs import offline_env, setup_failure, write_jsonl
+from tests.helpers.tool_replay import replayer
 
 SAMPLE = FIXTURES / "tool_use_multiturn_sample.jsonl"
 ROWS = read_jsonl(SAMPLE)
@@ -191,39 +190,10 @@ async def test_the_hub_set_is_the_default(tiny_model_dir, hub_offline, tmp_path)
     assert MultiTurnToolUseConfig().scenario_category == "multistep"
 
 
-def _replayer(rows):
-    """Even episodes make the recorded calls; odd ones get the first call's argument wrong."""
-    import itertools
-    import re
-
-    counter = itertools.count()
-    scripts = {}
-    for row in rows[:2]:
-        conv = row["conversations"]
-        calls = [
-            json.loads(t["value"].split("<tool_call>\n")[1].split("\n</tool_call>")[0])
-            for t in conv
-            if "<tool_call>" in t["value"]
-        ]
-        scripts[conv[1]["value"]] = calls
-
-    def respond(prompt, index):
-        text = str(prompt)
-        question = next(q for q in scripts if q in text)
-        marker = re.search(r"<think>episode (\d+)</think>", text)
-        episode = int(marker.group(1)) if marker else next(counter)
-        turn = text.count("<|im_start|>assistant") - 1
-        call = scripts[question][turn]
-        arguments = {key: "wrong" for key in call["arguments"]} if episode % 2 else call["arguments"]
-        return f"<think>episode {episode}</think>" + tool_call(call["name"], **arguments)
-
-    return respond
-
-
 def test_process_writes_token_exact_groups(scripted, tiny_model_dir):
     args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "2",
             "--env.max_tokens_per_turn", "256"]  # fmt: skip
-    groups = scripted.process(MultiTurnToolCallingEnv, args, _replayer(ROWS))
+    groups = scripted.process(MultiTurnToolCallingEnv, args, replayer(ROWS[:2]))
     assert len(groups) == 2
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     for group in groups:
@@ -243,7 +213,7 @@ def test_evaluate_reports_exact_metrics(scripted):
         "--env.max_tokens_per_turn",
         "256",
     ]
-    metrics, samples, _ = scripted.evaluate(MultiTurnToolCallingEnv, args, _replayer(ROWS))
+    metrics, samples, _ = scripted.evaluate(MultiTurnToolCallingEnv, args, replayer(ROWS[:2]))
     # two evaluation tasks, in order: episode 0 replays right (1.5), episode 1 misses its first call (-0.2)
     assert len(samples) == 2 and metrics["eval/percent_correct"] == 0.5
     assert metrics["eval/mean_score"] == pytest.approx(0.65) and metrics["eval/call_accuracy"] == 0.5

@@ -1,0 +1,69 @@
+"""Multi-turn tool calling with turn-level advantages (MT-GRPO).
+
+The task of ``tool_use_multiturn_server.py`` (recorded Hermes conversations replayed turn by turn, the
+model's calls checked against the recorded ones), trained with turn-level credit assignment as in
+"Reinforcing Multi-Turn Reasoning in LLM Agents via Turn-Level Credit Assignment": each turn whose calls
+match earns a turn reward (``turn_reward``, 1.0), the episode's outcome reward is the original's dense
+score (share of calls matched, +0.5 when all, -0.2 on a mismatch), and every group carries per-token
+``advantages``: the tokens of turn ``t`` get ``turn_advantage_weight`` x the group-normalised turn rewards
+from ``t`` on plus the group-normalised outcome (:func:`atroposlib.envs.episodes.turn_level_advantages`).
+Groups whose scores are all equal are still sent: their turn advantages may differ.
+
+Defaults follow the original: ``interstellarninja/hermes_salesforce_apigen_tool_use`` (train, 5% held
+out), ``multistep`` scenario, up to 3 tool-calling turns, replies must open with ``<think>``. Every
+option of ``tool_use_multiturn_server.py`` applies (``--env.dataset_path`` for local conversations).
+
+``python environments/tool_use_turnlevel_advantage_server.py {serve,process,evaluate} --openai.base_url ...``
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from atroposlib.envs.base import EvalHandlingEnum
+
+try:
+    from environments.tool_use_multiturn_server import MultiTurnToolCallingEnv, MultiTurnToolUseConfig
+except (
+    ModuleNotFoundError
+):  # run as a script: this file's folder is on the path, the repository root may not be
+    from tool_use_multiturn_server import MultiTurnToolCallingEnv, MultiTurnToolUseConfig
+
+
+class MTGRPOEnvConfig(MultiTurnToolUseConfig):
+    """The multi-turn tool-use settings with turn-level advantages on."""
+
+    dataset_name: str = Field(
+        "interstellarninja/hermes_salesforce_apigen_tool_use", description="hub set of Hermes conversations"
+    )
+    max_tool_call_turns_cap: Optional[int] = Field(
+        3, ge=1, description="tool-calling turns played per episode at most (None: all)"
+    )
+    validate_think_blocks: bool = Field(True, description="every reply must open with a <think> block")
+    turn_reward: float = Field(1.0, description="reward of each turn whose calls match (the turn rewards)")
+    turn_level_advantages: bool = Field(True, description="send MT-GRPO per-token advantages")
+
+
+class MultiTurnToolUseTurnLevelAdvantageEnv(MultiTurnToolCallingEnv):
+    """Recorded tool-calling conversations trained with turn-level advantages (see the module docstring)."""
+
+    name = "multiturn_tool_use_turnlevel_advantage"
+    env_config_cls = MTGRPOEnvConfig
+    config: MTGRPOEnvConfig
+
+    @classmethod
+    def default_env_config(cls) -> MTGRPOEnvConfig:
+        return MTGRPOEnvConfig(
+            total_steps=2000,
+            batch_size=1024,
+            max_token_length=4096 * 16,
+            eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
+            eval_limit_ratio=0.1,
+            eval_limit=128,
+        )
+
+
+if __name__ == "__main__":
+    MultiTurnToolUseTurnLevelAdvantageEnv.cli()

@@ -1,0 +1,102 @@
+"""Multi-turn tool calling with turn-level advantages: per-turn rewards, MT-GRPO advantages on each turn's
+tokens, the original's defaults, ``process`` and ``evaluate`` with the hub unreachable."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+from atroposlib.envs.base import APIServerConfig
+from atroposlib.envs.data_loading import DatasetError
+from atroposlib.group import check_group
+from atroposlib.testing.scripted_server import launch_scripted_server
+from environments.tool_use_turnlevel_advantage_server import (
+    MTGRPOEnvConfig,
+    MultiTurnToolUseTurnLevelAdvantageEnv,
+)
+from tests.helpers.cli_runs import FIXTURES, read_jsonl
+from tests.helpers.multi_turn_runs import episode_responder, tool_call
+from tests.helpers.single_turn_runs import offline_env
+from tests.helpers.tool_replay import replayer
+
+SAMPLE = FIXTURES / "tool_use_multiturn_sample.jsonl"
+ROWS = read_jsonl(SAMPLE)
+RIGHT = [tool_call("get_weather", city="Oslo"), tool_call("convert_temperature", celsius=12)]
+WRONG = [tool_call("get_weather", city="Bergen")]
+
+
+def test_the_originals_defaults():
+    config = MTGRPOEnvConfig()
+    assert config.dataset_name == "interstellarninja/hermes_salesforce_apigen_tool_use"
+    assert config.turn_level_advantages and config.validate_think_blocks and config.turn_reward == 1.0
+    assert config.scenario_category == "multistep" and config.max_tool_call_turns_cap == 3
+
+
+async def test_each_turn_gets_its_advantage_and_only_the_models_tokens_are_trained(tiny_model_dir):
+    values = {"tokenizer_name": str(tiny_model_dir), "use_wandb": False, "dataset_path": str(SAMPLE),
+              "eval_dataset_path": str(SAMPLE), "group_size": 2, "max_tokens_per_turn": 256}  # fmt: skip
+    with launch_scripted_server(
+        respond=episode_responder([RIGHT, WRONG]), tokenizer=tiny_model_dir
+    ) as server:
+        env = MultiTurnToolUseTurnLevelAdvantageEnv(
+            MTGRPOEnvConfig(**values),
+            APIServerConfig(base_url=server.base_url, model_name="m", server_type="vllm"),
+        )
+        await env.setup()
+        task = next(t for t in env.test if "How warm" in t.messages[1]["content"])
+        group, _ = await env.collect_trajectories(task)
+    assert check_group(group) == []
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    rows = sorted(zip(group["scores"], group["advantages"], group["masks"], strict=True), key=lambda r: r[0])
+    (wrong_score, wrong_adv, wrong_masks), (right_score, right_adv, right_masks) = rows
+    # right: turn rewards 1, 1 and outcome 1.5; wrong: turn reward 0 and outcome 0 - 0.2
+    assert right_score == pytest.approx(3.5) and wrong_score == pytest.approx(-0.2)
+    # turn 0 rewards [1, 0] -> [+1, -1]; turn 1 reached by one episode -> 0; outcomes [1.5, -0.2] -> [+1, -1]
+    right_turns = [a for a, m in zip(right_adv, right_masks, strict=True) if m != -100]
+    assert (
+        sorted(set(right_turns), reverse=True) == [2.0, 1.0]
+        and right_turns[0] == 2.0
+        and right_turns[-1] == 1.0
+    )
+    assert {a for a, m in zip(wrong_adv, wrong_masks, strict=True) if m != -100} == {-2.0}
+    for adv, masks in ((right_adv, right_masks), (wrong_adv, wrong_masks)):
+        assert all(a == 0.0 for a, m in zip(adv, masks, strict=True) if m == -100)
+    for masks, messages in zip(group["masks"], group["messages"], strict=True):
+        replies = [m["content"] for m in messages if m["role"] == "assistant"]
+        trained = tokenizer.decode([m for m in masks if m != -100], skip_special_tokens=False)
+        assert trained == "".join(r + "<|im_end|>" for r in replies)
+
+
+async def test_the_hub_set_is_the_default(tiny_model_dir, hub_offline):
+    env = offline_env(MultiTurnToolUseTurnLevelAdvantageEnv, tiny_model_dir)
+    with pytest.raises(
+        DatasetError, match=r"interstellarninja/hermes_salesforce_apigen_tool_use: cannot load"
+    ):
+        await env.setup()
+
+
+def test_process_sends_advantages(scripted):
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "2",
+            "--env.max_tokens_per_turn", "256"]  # fmt: skip
+    groups = scripted.process(MultiTurnToolUseTurnLevelAdvantageEnv, args, replayer(ROWS[:2]))
+    assert len(groups) == 2
+    for group in groups:
+        assert sorted(group["scores"]) == pytest.approx([-0.2, -0.2, 3.5, 3.5])
+        assert len(group["advantages"]) == 4
+        assert all(len(a) == len(t) for a, t in zip(group["advantages"], group["tokens"], strict=True))
+
+
+def test_evaluate_reports_exact_metrics(scripted):
+    args = [
+        "--env.dataset_path",
+        SAMPLE,
+        "--env.eval_dataset_path",
+        SAMPLE,
+        "--env.max_tokens_per_turn",
+        "256",
+    ]
+    metrics, samples, _ = scripted.evaluate(MultiTurnToolUseTurnLevelAdvantageEnv, args, replayer(ROWS[:2]))
+    assert len(samples) == 2 and metrics["eval/percent_correct"] == 0.5
+    assert (
+        metrics["eval/mean_score"] == pytest.approx((3.5 - 0.2) / 2) and metrics["eval/call_accuracy"] == 0.5
+    )
