@@ -1,10 +1,21 @@
 """On-policy distillation: attach a teacher model's top-k prompt logprobs to every group before it is sent.
 
 A ``TeacherDistillationEnv`` behaves like any ``BaseEnv``; when ``teacher_enabled`` is set, each accepted
-sequence is scored by the teacher (``get_logprobs(input_ids=..., top_k=k)``, so the teacher needs the vLLM
-backend) and the group carries ``distill_token_ids`` / ``distill_logprobs`` shaped ``[sequence][position][k]``.
-If the teacher fails or answers with the wrong shape for any sequence, both fields are ``None`` for that group
-(the group itself is still sent).
+sequence (the student's own tokens) is scored by the teacher and the group carries ``distill_token_ids`` /
+``distill_logprobs`` shaped ``[sequence][position][entries]``: at position ``p``, the teacher's entries for the
+distribution that predicts token ``p`` (aligned with ``tokens``, as vLLM's ``prompt_logprobs``). The trainer
+(``atropos-grpo --distill-coef``) turns them into a distillation term. If the teacher fails or answers with the
+wrong shape for any sequence, both fields are ``None`` for that group (the group itself is still sent).
+
+How the teacher is asked (``teacher_logprob_route``):
+
+* ``prompt_logprobs``: ``get_logprobs(input_ids=..., top_k=k)`` (teacher servers of type ``vllm`` or
+  ``sglang``); the entries are the teacher's top ``k``.
+* ``echo``: any OpenAI-compatible server that returns top-k logprobs: ``POST /v1/completions`` with the
+  token ids as the prompt, ``echo: true``, ``logprobs: k``, ``max_tokens: 1`` (and vLLM's
+  ``return_tokens_as_token_ids``); the entries at position ``p >= 1`` are the sampled token first, then the
+  teacher's top ``k`` others; position 0 (nothing predicts it) has none.
+* ``auto`` (default): ``prompt_logprobs`` for ``vllm``/``sglang`` teacher servers, else ``echo``.
 
 Constructor: both the ``BaseEnv`` order ``(config, server_configs, slurm, testing)`` and the order of
 atroposlib 0.4.0's teacher env ``(config, server_configs, teacher_server_configs, slurm, testing)`` work;
@@ -17,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import Field
 
@@ -44,6 +55,11 @@ class TeacherDistillationConfig(BaseEnvConfig):
         default=0,
         ge=-1,
         description="Teacher logprobs per position: 0 = the sampled token only, -1 = disabled.",
+    )
+    teacher_logprob_route: Literal["auto", "prompt_logprobs", "echo"] = Field(
+        default="auto",
+        description="How the teacher is asked: prompt_logprobs (vLLM/SGLang get_logprobs), echo (any "
+        "OpenAI-compatible /v1/completions with echo and logprobs), auto: by the teacher's server_type.",
     )
 
 
@@ -111,6 +127,7 @@ class TeacherDistillationEnv(BaseEnv, ABC):
         if isinstance(teacher, APIServerConfig):
             teacher = [teacher]
         self.teacher_server = ServerManager(teacher, slurm=False, testing=testing_value)
+        self._teacher_route = self._resolve_route(teacher)
         self._check_teacher_vocab(teacher)
 
     @classmethod
@@ -150,11 +167,25 @@ class TeacherDistillationEnv(BaseEnv, ABC):
         top_k = int(top_k)
         return None if top_k <= -1 else top_k
 
+    def _resolve_route(self, teacher: TeacherConfigs) -> str:
+        route = getattr(self.config, "teacher_logprob_route", "auto")
+        if route != "auto":
+            return route
+        first = teacher[0] if isinstance(teacher, list) and teacher else teacher
+        return "prompt_logprobs" if getattr(first, "server_type", None) in ("vllm", "sglang") else "echo"
+
     async def _teacher_logprobs(self, tokens: list[int], top_k: int) -> tuple[list, list]:
-        result = await self.teacher_server.get_logprobs(
-            input_ids=tokens, top_k=top_k, max_tokens=1, split="train"
-        )
-        ids, logprobs = result["prompt_topk_token_ids"], result["prompt_topk_logprobs"]
+        if getattr(self, "_teacher_route", "prompt_logprobs") == "echo":
+            completion = await self.teacher_server.completion(
+                prompt=tokens, max_tokens=1, echo=True, logprobs=max(top_k, 1), temperature=0.0,
+                extra_body={"return_tokens_as_token_ids": True}, split="train",
+            )  # fmt: skip
+            ids, logprobs = echo_prompt_topk(completion, tokens, top_k, self.teacher_tokenizer)
+        else:
+            result = await self.teacher_server.get_logprobs(
+                input_ids=tokens, top_k=top_k, max_tokens=1, split="train"
+            )
+            ids, logprobs = result["prompt_topk_token_ids"], result["prompt_topk_logprobs"]
         if len(ids) != len(tokens) or len(logprobs) != len(tokens):
             raise ValueError(f"teacher returned {len(ids)} positions for {len(tokens)} tokens")
         return ids, logprobs
@@ -194,4 +225,55 @@ class TeacherDistillationEnv(BaseEnv, ABC):
         )
 
 
-__all__ = ["TeacherDistillationConfig", "TeacherDistillationEnv"]
+def _token_id(key: str, tokenizer: Any) -> Optional[int]:
+    """The id of a top-logprobs key: ``token_id:N`` (vLLM's ``return_tokens_as_token_ids``), else the token
+    string looked up in the tokenizer's vocabulary (None when it is not a single known token)."""
+    if key.startswith("token_id:"):
+        return int(key.removeprefix("token_id:"))
+    if tokenizer is None:
+        return None
+    vocab_id = tokenizer.convert_tokens_to_ids(key)
+    if vocab_id is not None and vocab_id != getattr(tokenizer, "unk_token_id", None):
+        return int(vocab_id)
+    encoded = tokenizer.encode(key, add_special_tokens=False)
+    return int(encoded[0]) if len(encoded) == 1 else None
+
+
+def echo_prompt_topk(
+    completion: Any, tokens: list[int], top_k: int, tokenizer: Any = None
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Per-position teacher entries of ``tokens`` from an echoed ``/v1/completions`` answer.
+
+    Position 0 has none; position ``p >= 1`` has the token ``tokens[p]`` first (its logprob from
+    ``token_logprobs``), then up to ``top_k`` other ids from ``top_logprobs``, most likely first. Raises
+    ``ValueError`` when the answer has no logprobs or fewer positions than ``tokens``.
+    """
+    choices = getattr(completion, "choices", None) or []
+    logprobs = getattr(choices[0], "logprobs", None) if choices else None
+    token_lps = list(getattr(logprobs, "token_logprobs", None) or [])
+    top = list(getattr(logprobs, "top_logprobs", None) or [])
+    if len(token_lps) < len(tokens) or len(top) < len(tokens):
+        raise ValueError(
+            f"the teacher's echoed answer has {min(len(token_lps), len(top))} positions for {len(tokens)} tokens "
+            "(does the server return logprobs with echo?)"
+        )
+    ids: list[list[int]] = [[]]
+    lps: list[list[float]] = [[]]
+    for p in range(1, len(tokens)):
+        if token_lps[p] is None:
+            raise ValueError(f"the teacher's echoed answer has no logprob at position {p}")
+        row_ids, row_lps = [int(tokens[p])], [float(token_lps[p])]
+        entries = sorted((top[p] or {}).items(), key=lambda kv: kv[1], reverse=True)
+        for key, value in entries:
+            if len(row_ids) > top_k:
+                break
+            tid = _token_id(str(key), tokenizer)
+            if tid is not None and tid not in row_ids:
+                row_ids.append(tid)
+                row_lps.append(float(value))
+        ids.append(row_ids)
+        lps.append(row_lps)
+    return ids, lps
+
+
+__all__ = ["TeacherDistillationConfig", "TeacherDistillationEnv", "echo_prompt_topk"]
