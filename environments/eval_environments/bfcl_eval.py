@@ -1,23 +1,27 @@
 """BFCL: the Berkeley Function Calling Leaderboard, on its own data and AST checker.
 
-Data: the question and possible-answer files of the ``bfcl-eval`` package (BFCL v4; installed without
-its dependencies by ``scripts/install.sh`` or ``python -m atroposlib.evals.bfcl install``).
-``--env.bfcl_categories`` chooses the categories (default: all single-turn ones the AST checker scores:
-simple_python, multiple, parallel, parallel_multiple, irrelevance, live_simple, live_multiple,
-live_parallel, live_parallel_multiple, live_irrelevance, live_relevance; ``simple`` names
-simple_python). ``--env.dataset_path DIR`` reads a directory in BFCL's own layout instead
-(``BFCL_v4_<category>.json`` and ``possible_answer/BFCL_v4_<category>.json``).
+Data: the question and possible-answer files of the ``bfcl-eval`` package (BFCL v4; installed without its
+dependencies by ``scripts/install.sh`` or ``python -m atroposlib.evals.bfcl install``). ``--env.bfcl_categories``
+chooses the categories (default: every single-turn one the AST checker scores: simple_python, multiple,
+parallel, parallel_multiple, irrelevance, live_simple, live_multiple, live_parallel, live_parallel_multiple,
+live_irrelevance, live_relevance; ``simple`` names simple_python). ``--env.dataset_path DIR`` reads a directory
+in BFCL's own layout instead (``BFCL_v4_<category>.json`` and ``possible_answer/BFCL_v4_<category>.json``).
 
-Prompt: the functions, converted to JSON-schema tools as BFCL converts them for function-calling models,
-are declared in the system prompt inside ``<tools></tools>``; the model answers with Hermes calls,
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, after an optional think block.
-``--env.custom_system_prompt`` replaces the instructions before the tools.
+Prompt: the functions, converted to JSON-schema tools as BFCL converts them for function-calling models, are
+declared in the system prompt inside ``<tools></tools>`` after the instructions (``--env.custom_system_prompt``
+replaces BFCL's function-calling instructions; in thinking mode ``custom_thinking_prompt`` comes first); the
+model answers with Hermes calls, ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, after an
+optional think block.
 
-Scoring: BFCL's ``ast_checker`` on the decoded calls (:mod:`atroposlib.evals.bfcl.checker`);
-irrelevance entries are right when no call is made, live_relevance ones when one is. ``metrics.json``
-holds ``eval/bfcl/<category>`` accuracies and the leaderboard's aggregates (``non_live_summary_ast``,
-``live_summary_ast``, ``irrelevance_total``, ``overall_single_turn``; see
-:mod:`atroposlib.evals.bfcl.scores`); ``samples.jsonl`` each reply with BFCL's ``error_type`` when wrong.
+Scoring: BFCL's ``ast_checker`` on the decoded calls (:mod:`atroposlib.evals.bfcl.checker`); irrelevance
+entries are right when no call is made, live_relevance ones when one is. A reply whose calls cannot be decoded
+is wrong (``ast_decoder:decoder_failed``).
+
+Reports: ``eval/accuracy`` (all entries pooled, with its standard error), accuracy per category
+(``eval/category_<name>_accuracy``) and the leaderboard's figures as ``eval/bfcl/<key>``: per category, the
+non-live and live AST summaries, irrelevance, and ``overall_single_turn`` (see
+:mod:`atroposlib.evals.bfcl.scores`). ``samples.jsonl`` keeps BFCL's ``error_type`` and errors of every wrong
+reply.
 
 ``python environments/eval_environments/bfcl_eval.py evaluate --openai.base_url http://host:port/v1
 --openai.model_name MODEL [--env.bfcl_categories '["simple", "parallel"]']``
@@ -25,62 +29,86 @@ holds ``eval/bfcl/<category>`` accuracies and the leaderboard's aggregates (``no
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.config_defaults import LocalServerDefaults
-from atroposlib.envs.data_loading import DatasetError
-from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
-from atroposlib.evals.bfcl.env import BfclEvaluation, BfclSettings
+from atroposlib.evals import EvalConfig, EvalEnv, EvalItem, Reply, Row, Score
+from atroposlib.evals.bfcl.checker import check_reply, decode_reply
+from atroposlib.evals.bfcl.data import BfclItem
+from atroposlib.evals.bfcl.env import DEFAULT_CATEGORIES, bfcl_metrics, load_bfcl_items
+from atroposlib.evals.bfcl.prompt import prompt_messages
 
 
-class BfclEvalConfig(BfclSettings, SingleTurnEnvConfig):
-    """The BFCL settings, with BFCL as the evaluation."""
+class BfclEvalConfig(EvalConfig):
+    """BFCL's settings."""
 
-    eval_benchmark: Optional[str] = Field("bfcl", description="always 'bfcl' here")
+    thinking_mode: bool = Field(default=False, description="Reasoning mode (see EvalConfig).")
+    eval_temperature: float = Field(default=0.0, ge=0.0, description="Sampling temperature (BFCL: greedy).")
+    bfcl_categories: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_CATEGORIES),
+        description="BFCL categories to evaluate (simple_python or simple, multiple, parallel, "
+        "parallel_multiple, irrelevance, live_*)",
+    )
     dataset_path: Optional[str] = Field(
-        None, description="directory in BFCL's layout to read instead of the installed bfcl-eval data"
-    )
-    custom_system_prompt: Optional[str] = Field(
-        None, description="instructions before the declared tools (default: BFCL's function-calling prompt)"
-    )
-    eval_max_tokens: Optional[int] = Field(
-        None, ge=1, description="token budget of a reply (default: max_tokens, else max_token_length)"
+        default=None, description="Directory in BFCL's layout, read instead of the installed bfcl-eval data."
     )
 
 
-class BfclEvalEnv(BfclEvaluation, LocalServerDefaults, SingleTurnEnv):
-    """Evaluation-only environment: ``evaluate`` runs BFCL (see the module docstring)."""
+class BfclEvalEnv(EvalEnv):
+    """BFCL (see the module docstring)."""
 
     name = "bfcl_eval"
     env_config_cls = BfclEvalConfig
     config: BfclEvalConfig
-    default_server_port = 9000
+    breakdowns = ("category",)
 
-    @classmethod
-    def default_env_config(cls) -> BfclEvalConfig:
-        return BfclEvalConfig(group_size=1, max_token_length=4096, eval_temperature=0.0, max_eval_workers=256)
+    def load_rows(self) -> list[Row]:
+        """One row per BFCL entry of the chosen categories (in their order)."""
+        entries = load_bfcl_items(self.config.bfcl_categories, self.config.dataset_path)
+        return [Row({"entry": entry}, entry.category, index) for index, entry in enumerate(entries)]
 
-    @property
-    def generation_budget(self) -> int:
-        return self.config.eval_max_tokens or super().generation_budget
+    def make_item(self, row: Row) -> EvalItem:
+        entry: BfclItem = row.data["entry"]
+        instructions = self.config.custom_system_prompt
+        messages = prompt_messages(entry, instructions)
+        thinking = self.config.custom_thinking_prompt if self.config.thinking_mode else None
+        if thinking:
+            messages[0] = {"role": "system", "content": f"{thinking}\n\n{messages[0]['content']}"}
+        return EvalItem(
+            entry.id, messages, entry, groups={"category": entry.category}, fields={"bfcl_id": entry.id}
+        )
 
-    def bfcl_instructions(self) -> Optional[str]:
-        return self.config.custom_system_prompt or self.config.bfcl_system_prompt
+    def messages(self, item: EvalItem) -> list[dict[str, Any]]:
+        """The entry's own chat: its system prompt declares the tools."""
+        return list(item.prompt)
 
-    async def setup(self) -> None:
-        if self.config.eval_benchmark != "bfcl":
-            raise DatasetError(f"bfcl_eval: eval_benchmark must be 'bfcl', not {self.config.eval_benchmark!r}")
-        if self.config.dataset_path:
-            self.config.bfcl_data_dir = self.config.dataset_path
-        self.load_bfcl()
+    def score(self, item: EvalItem, reply: Reply) -> Score:
+        verdict = check_reply(item.gold, reply.text)
+        calls = decode_reply(reply.text)
+        fields: dict[str, Any] = {"category": item.gold.category}
+        if not verdict.valid:
+            fields.update(error_type=verdict.error_type, errors=list(verdict.errors))
+        extracted = calls if calls is not None else None
+        return Score(float(verdict.valid), extracted=extracted, method="bfcl_checker", fields=fields)
 
-    async def get_next_item(self) -> Any:
-        raise DatasetError("bfcl_eval is an evaluation: run it with `evaluate`")
+    def sample_record(self, item: EvalItem, messages: Any, index: int, reply: Reply, score: Score) -> dict:
+        """The core's record, with the entry's id instead of the entry itself as ``gold``."""
+        record = super().sample_record(item, messages, index, reply, score)
+        record["gold"] = list(item.gold.ground_truth) if item.gold.ground_truth is not None else None
+        return record
 
-    def prompt_messages(self, item: Any) -> list[dict[str, str]]:
-        raise DatasetError("bfcl_eval is an evaluation: run it with `evaluate`")
+    def extra_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+        """The leaderboard's per-category accuracies and aggregates, ``eval/bfcl/<key>``."""
+        scored = [
+            {"category": s["category"], "correct": s["score"] == 1.0}
+            for s in samples
+            if s.get("score") is not None
+        ]
+        metrics = bfcl_metrics(scored)
+        metrics.pop("eval/percent_correct", None)
+        return metrics
 
 
 if __name__ == "__main__":

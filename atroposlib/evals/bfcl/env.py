@@ -49,14 +49,13 @@ class BfclSettings(BaseModel):
     )
 
 
-def load_bfcl_items(settings: Any) -> list[BfclItem]:
-    """The entries of ``settings.bfcl_categories`` (in that order) from ``settings.bfcl_data_dir`` or the
-    installed package; :class:`~atroposlib.envs.data_loading.DatasetError` for an unknown category, a
-    repeated one, or a bad file."""
-    categories = [canonical_category(name) for name in settings.bfcl_categories]
-    if len(set(categories)) != len(categories):
-        raise DatasetError(f"BFCL: a category is listed twice in bfcl_categories={settings.bfcl_categories}")
-    return [item for category in categories for item in load_category(category, settings.bfcl_data_dir)]
+def load_bfcl_items(categories: Sequence[str], data_dir: Optional[str] = None) -> list[BfclItem]:
+    """The entries of ``categories`` (in that order) from ``data_dir`` or the installed package;
+    :class:`DatasetError` for an unknown category, a repeated one, or a bad file."""
+    names = [canonical_category(name) for name in categories]
+    if len(set(names)) != len(names):
+        raise DatasetError(f"BFCL: a category is listed twice in {list(categories)}")
+    return [item for category in names for item in load_category(category, data_dir)]
 
 
 def bfcl_metrics(samples: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -84,7 +83,10 @@ class BfclEvaluation:
     def load_bfcl(self) -> None:
         """Read the BFCL entries when BFCL is the evaluation (call it from ``setup``, so a bad category or
         file stops the run with one line)."""
-        self.bfcl_items = load_bfcl_items(self.config) if self.bfcl_enabled() else []  # type: ignore[attr-defined]
+        cfg = self.config  # type: ignore[attr-defined]
+        self.bfcl_items = (
+            load_bfcl_items(cfg.bfcl_categories, cfg.bfcl_data_dir) if self.bfcl_enabled() else []
+        )
 
     def bfcl_instructions(self) -> Optional[str]:
         """The instructions shown before the tools: ``bfcl_system_prompt``, else BFCL's prompt default."""
