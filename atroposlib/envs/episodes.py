@@ -207,7 +207,11 @@ async def run_episode(
                     break
                 generated += 1
             start = len(node.tokens) - generated
-            reply = decode_reply(tokenizer, node.tokens[start:])
+            if (node.metadata or {}).get("tokens_from_messages"):
+                # A text-only endpoint: the tokens are the template's rendering; the reply is its text.
+                reply = choice.message.content or ""
+            else:
+                reply = decode_reply(tokenizer, node.tokens[start:])
             history.append({"role": "assistant", "content": choice.message.content or ""})
             record.append({"role": "assistant", "content": reply})
             finish = choice.finish_reason or "stop"

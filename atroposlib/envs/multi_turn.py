@@ -87,6 +87,8 @@ class MultiTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
     """Items played as multi-turn episodes (see the module docstring)."""
 
     env_config_cls = MultiTurnEnvConfig
+    #: ``serve`` trains on the inference server's own token ids (OpenAI-type servers are refused).
+    trains_token_ids: bool = True
     config: MultiTurnEnvConfig
     #: An evaluation episode counts as correct when its score is at least this.
     correct_threshold: float = 1.0

@@ -56,6 +56,8 @@ class SingleTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
     """
 
     env_config_cls = SingleTurnEnvConfig
+    #: ``serve`` trains on the inference server's own token ids (OpenAI-type servers are refused).
+    trains_token_ids: bool = True
     config: SingleTurnEnvConfig
     #: An evaluation reply counts as correct when its score is at least this.
     correct_threshold: float = 1.0

@@ -48,9 +48,12 @@ class OfflineModesMixin:
     """``process_manager`` and ``_run_evaluate``."""
 
     def _bound_server_wait(self) -> None:
-        """Make requests give up once no inference server has answered for ``server_unavailable_timeout`` s."""
+        """Make requests give up once no inference server has answered for ``server_unavailable_timeout`` s,
+        and let ManagedServer sessions on OpenAI-type servers compute tokens from the messages."""
         if hasattr(self.server, "unavailable_grace"):
             self.server.unavailable_grace = self.config.server_unavailable_timeout
+        if hasattr(self.server, "tokens_from_messages"):
+            self.server.tokens_from_messages = True
 
     def _server_down(self, exc: BaseException | None = None) -> ServerUnavailableError | None:
         """The error to stop with when the inference servers are down (``exc`` or the manager's own check)."""

@@ -127,7 +127,7 @@ def prepare_group(
 
     Returns ``(group, None)`` with a new plain-JSON dict in which every optional key of
     :data:`OPTIONAL_GROUP_KEYS` is present (``None`` when absent) and extra keys are kept, or
-    ``(None, problem)``. Checks, in order: mapping with ``tokens``/``masks``/``scores``; finite numeric
+    ``(None, problem)``. ``inference_logprobs`` whose rows are all empty becomes ``None``. Checks, in order: mapping with ``tokens``/``masks``/``scores``; finite numeric
     scores; JSON-representable; the contract of :func:`atroposlib.group.check_group` (its environment
     rules: counts and lengths of every per-sequence field, int32 token ids, finite floats, complete
     messages); size equals :func:`expected_group_size`; with
@@ -146,6 +146,10 @@ def prepare_group(
         group = to_plain_json({**raw, "scores": scores})
     except TypeError as exc:
         return None, GroupProblem(NOT_JSON, f"group is not JSON-serializable: {exc}")
+    logprobs = group.get("inference_logprobs")
+    if isinstance(logprobs, list) and logprobs and not any(logprobs):
+        # Every row empty: the server gave no logprobs (a text-only endpoint), not a ragged group.
+        group["inference_logprobs"] = None
     problem = _check_structure(group)
     if problem is not None:
         return None, problem

@@ -22,8 +22,9 @@ from atroposlib.envs.groups import EvalHandlingEnum
 from atroposlib.envs.serve.api_session import REPORT_INTERVAL_S, ApiSessionMixin
 from atroposlib.envs.serve.scheduling import boundary_crossed, should_pause, should_stop
 from atroposlib.envs.serve.sending import trim_buffer
-from atroposlib.envs.serve.setup_errors import run_setup
+from atroposlib.envs.serve.setup_errors import EnvSetupError, run_setup
 from atroposlib.envs.serve.workers import WorkerPoolMixin
+from atroposlib.envs.server_handling.message_tokens import token_exact_problem
 
 # compat: environments log under the logger name of atroposlib 0.4.0 (``atroposlib.envs.base``).
 logger = logging.getLogger("atroposlib.envs.base")
@@ -306,6 +307,16 @@ class ServeRuntimeMixin(ApiSessionMixin, WorkerPoolMixin):
         except Exception as exc:
             logger.debug("closing inference clients failed: %s", exc)
 
+    def _require_token_exact_servers(self) -> None:
+        """Stop ``serve`` at start-up, in one line, when the environment trains on the inference server's
+        token ids (``trains_token_ids``) and a server returns text only (an OpenAI-type endpoint)."""
+        manager = getattr(self, "server", None)
+        if not getattr(self, "trains_token_ids", False) or getattr(manager, "use_proxy", False):
+            return
+        problem = token_exact_problem(list(getattr(manager, "servers", [])))
+        if problem is not None:
+            raise EnvSetupError(f"{type(self).__name__}: {problem}")
+
     async def env_manager(self) -> None:
         """Run ``serve``: setup, wandb, registration, ``/info``, then the scheduling loop until ``total_steps``
         is reached or a signal/``request_shutdown`` arrives; always finishes with :meth:`_finish_serve`."""
@@ -317,6 +328,7 @@ class ServeRuntimeMixin(ApiSessionMixin, WorkerPoolMixin):
         self._phase = "startup"
         self._install_signal_handlers()
         try:
+            self._require_token_exact_servers()
             await run_setup(self)
             if not self._shutdown_requested:
                 await self.setup_wandb()

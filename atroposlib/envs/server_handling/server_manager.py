@@ -44,6 +44,7 @@ from pydantic import BaseModel, Field
 
 from atroposlib.envs.server_handling.errors import ServerUnavailableError
 from atroposlib.envs.server_handling.managed_server import DummyManagedServer, ManagedServer
+from atroposlib.envs.server_handling.message_tokens import MessageTokenizedServer
 from atroposlib.envs.server_handling.openai_compat import merge_choices
 from atroposlib.envs.server_handling.openai_server import OpenAIServer
 from atroposlib.envs.server_handling.server_baseline import (  # noqa: F401  (re-exported)
@@ -128,6 +129,9 @@ class ServerManager:
             use_proxy or proxy_url or os.environ.get("ATROPOS_USE_PROXY", "").strip().lower() in _TRUTHY
         )
         self.tool_parser = tool_parser
+        #: ``managed_server()`` on an OpenAI-type server computes tokens from the messages (set by
+        #: ``process`` and ``evaluate``; ``serve`` needs the server's own token ids).
+        self.tokens_from_messages = False
         self._next = 0
         self._unavailable_grace: Optional[float] = None
         self._watched: set[int] = set()
@@ -440,8 +444,10 @@ class ServerManager:
         """A :class:`ManagedServer` on one server for the block; its state is cleared on exit.
 
         ``base_url`` pins the session to that server. With an OpenAI-type server there are no token
-        ids: ``NotImplementedError`` unless ``$ATROPOS_ALLOW_DUMMY_MANAGED_SERVER=1`` (then a
-        :class:`DummyManagedServer` with placeholder tokens). In proxy mode a
+        ids: with :attr:`tokens_from_messages` set (``process`` and ``evaluate`` set it) a
+        :class:`~atroposlib.envs.server_handling.message_tokens.MessageTokenizedServer` computes them from
+        the messages; otherwise ``NotImplementedError`` unless ``$ATROPOS_ALLOW_DUMMY_MANAGED_SERVER=1``
+        (then a :class:`DummyManagedServer` with placeholder tokens). In proxy mode a
         :class:`~atroposlib.envs.server_handling.proxy_client.ProxyManagedServer` session is created
         on entry and deleted on exit.
         """
@@ -464,7 +470,9 @@ class ServerManager:
             return
 
         server = self._server_by_url(base_url) if base_url else await self._wait_for_server(True)
-        if isinstance(server, OpenAIServer):
+        if isinstance(server, OpenAIServer) and self.tokens_from_messages:
+            managed: Any = MessageTokenizedServer(server=server, tokenizer=tokenizer)
+        elif isinstance(server, OpenAIServer):
             allow = os.environ.get("ATROPOS_ALLOW_DUMMY_MANAGED_SERVER", "").strip().lower() in _TRUTHY
             if not allow:
                 raise NotImplementedError(
@@ -476,7 +484,7 @@ class ServerManager:
                 "Using DummyManagedServer with an OpenAI endpoint: token ids and logprobs are placeholders.",
                 stacklevel=3,
             )
-            managed: Any = DummyManagedServer(server=server, tokenizer=tokenizer)
+            managed = DummyManagedServer(server=server, tokenizer=tokenizer)
         else:
             managed = ManagedServer(
                 server=server,

@@ -1,0 +1,160 @@
+"""Every command of ``environments/README.md`` runs as written against the scripted inference server.
+
+The commands are read from the README's table (its last column), so the test follows the documentation.
+Each runs as a subprocess from the repository root with only what the README itself says a user adds
+(``--openai.base_url`` and ``--openai.model_name`` of their server), plus the tiny local tokenizer, an
+output path in the test's directory and one group. The server type stays whatever the environment's
+defaults say: for most that is an OpenAI-type chat endpoint, which ``process`` must accept (tokens are
+then computed from the messages).
+
+A README row needs a responder here (answers of differing quality, so groups carry a learning signal);
+a row without one fails with a line that says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import os
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from atroposlib.testing.scripted_server import launch_scripted_server
+from tests.helpers.cli_runs import (
+    FIXTURES,
+    REPO_ROOT,
+    arithmetic_responder,
+    gsm8k_responder,
+    read_jsonl,
+    run_env,
+)
+from tests.helpers.multi_turn_runs import episode_responder, take_action, tool_call
+from tests.helpers.single_turn_runs import OFFLINE
+
+README = REPO_ROOT / "environments" / "README.md"
+_COMMAND = re.compile(r"`(python environments/[^`]+)`\s*\|\s*$")
+
+
+def readme_commands() -> list[str]:
+    """The command column of every table row of the README."""
+    return [m.group(1) for line in README.read_text().splitlines() if (m := _COMMAND.search(line))]
+
+
+def _test_module(name: str) -> Any:
+    """A sibling test module, loaded by path (its responders are reused)."""
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"readme_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _games(script_for: Callable[[int], list[str]]) -> Callable[[Any, int], str]:
+    """Episode ``k`` plays ``script_for(k)``: valid moves and invalid replies alternate across episodes."""
+    return episode_responder([script_for(0), script_for(1)])
+
+
+def _tool_use_responder() -> Callable[[Any, int], str]:
+    """Each episode calls the calculator, then boxes the gold answer (even episodes) or a wrong one (odd)."""
+    rows = read_jsonl(FIXTURES / "tool_use_sample.jsonl")
+    golds = {row["question"]: float(row["answer"].split("####")[-1].strip().replace(",", "")) for row in rows}
+    counter = itertools.count()
+
+    def respond(prompt: Any, index: int) -> str:
+        text = json.dumps(prompt) if isinstance(prompt, list) else str(prompt)
+        found = re.search(r"<think>episode (\d+)</think>", text)
+        if found is None:
+            episode = next(counter)
+            return f"<think>episode {episode}</think>" + tool_call("calculator", expression="1 + 1")
+        gold = next((g for q, g in golds.items() if q in text), 0.0)
+        return f"The answer is \\boxed{{{gold + int(found.group(1)) % 2:g}}}."
+
+    return respond
+
+
+def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[Any, int], str]:
+    name = script.removeprefix("environments/")
+    if name == "gsm8k_server.py" or name == "dataset_environment/dataset_env.py":
+        return gsm8k_responder()
+    if name == "arithmetic_server.py":
+        return arithmetic_responder()
+    if name == "math_server.py":
+        return _test_module("test_env_math").alternating_responder
+    if name == "math_server_zero.py":
+        return _test_module("test_env_math_zero").alternating_responder
+    if name == "mcqa_thinking_env.py":
+        return _test_module("test_env_mcqa").alternating_responder
+    if name == "tool_calling_server.py":
+        return _test_module("test_env_tool_calling").mixed_responder
+    if name == "code_execution_server.py":
+        return _test_module("test_env_code_execution").mixed_responder
+    if name == "fundamental_prediction_environment.py":
+        return _test_module("test_env_fundamentals").group_responder
+    if name == "instruction_following_algorithm_environment.py":
+        return _test_module("test_env_ifeval").good_or_bad
+    single = {
+        "letter_counting_environment.py": "test_env_letter_counting",
+        "text_reversal_environment.py": "test_env_text_reversal",
+        "pydantic_schema_following_environment.py": "test_env_pydantic_schema_following",
+        "answer_format_environment.py": "test_env_answer_format",
+    }
+    if name in single:
+        return _test_module(single[name])._responder()
+    if name == "reasoning_gym_environment.py":
+        tasks = json.loads(args[args.index("--env.tasks") + 1])
+        return _test_module("test_env_reasoning_gym")._responder(tiny_model_dir, tasks=tasks)
+    if name == "rlaif_server.py":
+        rlaif = _test_module("test_env_rlaif")
+        return rlaif.judge_responder(rlaif.prefers_kind)
+    if name == "multimodal_counting_server.py":
+        counting = _test_module("test_env_multimodal_counting")
+        return counting.answering_responder(counting.CountingEnvConfig(), range(0, 50))
+    if name == "game_environments/blackjack_env.py":
+        return _games(lambda k: [take_action("stick")] if k == 0 else ["I fold."])
+    if name == "game_environments/taxi_env.py":
+        return _games(lambda k: [take_action("south")] if k == 0 else ["I will wait here."])
+    if name == "game_environments/textworld_env.py":
+        return _games(lambda k: [take_action("look", "command")] if k == 0 else ["Let me think."])
+    if name in ("tool_use_multiturn_server.py", "tool_use_python_math_server.py"):
+        return _tool_use_responder()
+    pytest.fail(
+        f"environments/README.md runs {script}, which tests/environments/{Path(__file__).name} has no responder for"
+    )
+
+
+def test_the_readme_lists_commands():
+    commands = readme_commands()
+    assert len(commands) >= 20
+    assert all(shlex.split(c)[2] == "process" for c in commands)
+
+
+@pytest.mark.parametrize(
+    "command", readme_commands(), ids=lambda c: shlex.split(c)[1].removeprefix("environments/")
+)
+def test_readme_command_runs_as_written(command, tiny_model_dir, tmp_path):
+    words = shlex.split(command)
+    script, args = words[1], words[3:]
+    respond = _responder(script, args, tiny_model_dir)
+    out = tmp_path / "groups.jsonl"
+    with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
+        result = run_env(
+            REPO_ROOT / script,
+            ["process", *args, "--openai.base_url", server.base_url, "--openai.model_name", "scripted-model",
+             "--env.tokenizer_name", tiny_model_dir, "--env.use_wandb", "false", "--env.total_steps", "1",
+             "--env.data_path_to_save_groups", out],
+            cwd=REPO_ROOT,
+            env={**os.environ, **OFFLINE},
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "NotImplementedError" not in result.stderr
+    groups = read_jsonl(out)
+    assert len(groups) == 1 and len(set(groups[0]["scores"])) > 1
+    for tokens, masks in zip(groups[0]["tokens"], groups[0]["masks"], strict=True):
+        assert len(tokens) == len(masks) and any(m != -100 for m in masks) and masks[0] == -100
+    assert out.with_suffix(".html").exists()
