@@ -137,8 +137,9 @@ class EvalEnv(BaseEnv):
         #: metrics of the last evaluation (flat ``eval/...`` keys) and its subtask breakdowns
         self.last_metrics: dict[str, float] = {}
         self.last_subtasks: dict[str, dict[str, float]] = {}
-        #: requests sent to the model by the last evaluation (resumed items ask none)
+        #: requests sent to the model by the last evaluation, and items it reused from an earlier run
         self.requests_sent = 0
+        self.reused_items = 0
         self._wandb_metrics: dict[str, float] = {}
 
     @classmethod
@@ -386,6 +387,7 @@ class EvalEnv(BaseEnv):
             logger.warning(
                 "%s: %d of %d items failed and are not counted", self.name, len(failed), len(self.items)
             )
+        self.reused_items = reused
         if reused:
             logger.info("%s: %d items reused from %s", self.name, reused, journal.path if journal else "")
         self.last_metrics, self.last_subtasks = metrics, subtasks
