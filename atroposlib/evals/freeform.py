@@ -13,6 +13,9 @@
   ``validated_answers``, each a number, a date or spans).
 * ARC grids (:func:`parse_grid`, :func:`grids_equal`): a reply's grid (JSON or Python lists, or one
   bracketed row per line) and a cell-for-cell comparison (shape included).
+* Reading a free-form reply (:func:`extract_freeform`): after any ``<think>`` block, the ``<answer>`` tag's
+  content, else the ``\\boxed{}`` content, else what follows "the answer is" / "Answer:", else the last
+  line. Tags (or boxes) that differ are a hedge: no answer.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
+
+from atroposlib.utils.replies import answer_section, boxed_answers
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
@@ -256,3 +261,49 @@ def grids_equal(predicted: Optional[Sequence[Sequence[int]]], gold: Sequence[Seq
     if predicted is None:
         return False
     return [list(row) for row in predicted] == [list(row) for row in gold]
+
+
+# --------------------------------------------------------------------------------------- free-form replies
+
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_PHRASE = re.compile(
+    r"(?:final\s+answer|the\s+answer\s+is|\banswer\s*:)\s*(?:is)?\s*:?\s*(.+)", re.IGNORECASE
+)
+
+
+def _one(candidates: Sequence[str]) -> tuple[Optional[str], bool]:
+    """The one distinct candidate (whitespace ignored), or ``(None, True)`` when they differ."""
+    distinct = list(dict.fromkeys(" ".join(c.split()) for c in candidates if c.strip()))
+    if len(distinct) > 1:
+        return None, True
+    return (distinct[0] if distinct else None), False
+
+
+def extract_freeform(reply: Optional[str]) -> tuple[Optional[str], str]:
+    """``(answer, method)`` of a free-form reply (see the module docstring). ``method``: ``answer_tag``,
+    ``boxed``, ``answer_phrase`` or ``last_line``; without an answer ``empty``, ``unclosed_think``,
+    ``ambiguous`` (tags or boxes that differ) or ``no_answer``."""
+    if reply is None or not reply.strip():
+        return None, "empty"
+    section = answer_section(reply)
+    if section is None:
+        return None, "unclosed_think"
+    for method, candidates in (
+        ("answer_tag", ANSWER_TAG.findall(section)),
+        ("boxed", boxed_answers(section)),
+    ):
+        if candidates:
+            answer, ambiguous = _one(candidates)
+            if ambiguous:
+                return None, "ambiguous"
+            if answer is not None:
+                return answer, method
+    lines = [line.strip() for line in section.strip().splitlines() if line.strip()]
+    if not lines:
+        return None, "no_answer"
+    phrases = [m.group(1) for line in lines for m in [_PHRASE.search(line)] if m]
+    if phrases:
+        answer = phrases[-1].strip().rstrip(".").strip(" *_").rstrip(".").strip()
+        if answer:
+            return answer, "answer_phrase"
+    return lines[-1].strip("*").strip(), "last_line"

@@ -9,6 +9,7 @@ from atroposlib.evals.freeform import (
     drop_metrics,
     drop_normalize,
     drop_score,
+    extract_freeform,
     grids_equal,
     parse_grid,
     squad_exact_match,
@@ -112,3 +113,23 @@ def test_grids_equal_needs_the_same_shape_and_cells():
     assert not grids_equal([[1, 2], [3, 5]], [[1, 2], [3, 4]])
     assert not grids_equal([[1, 2]], [[1, 2], [3, 4]])
     assert not grids_equal(None, [[1]])
+
+
+@pytest.mark.parametrize(
+    ("reply", "answer", "method"),
+    [
+        ("<think>2 + 2</think><answer> 4 </answer>", "4", "answer_tag"),
+        ("<answer>4</answer> and again <answer>4</answer>", "4", "answer_tag"),
+        ("<answer>4</answer> or <answer>5</answer>", None, "ambiguous"),
+        ("So it is \\boxed{Chicago Bears}.", "Chicago Bears", "boxed"),
+        ("\\boxed{1} \\boxed{2}", None, "ambiguous"),
+        ("Working...\nThe answer is **Green Bay**.", "Green Bay", "answer_phrase"),
+        ("Final answer: 12 yards", "12 yards", "answer_phrase"),
+        ("Some thoughts.\nMatt Forte", "Matt Forte", "last_line"),
+        ("", None, "empty"),
+        ("<think>never closed", None, "unclosed_think"),
+        ("<think>done</think>   ", None, "no_answer"),
+    ],
+)
+def test_extract_freeform(reply, answer, method):
+    assert extract_freeform(reply) == (answer, method)
