@@ -1,0 +1,252 @@
+"""Interleaved thinking: tool calls inside the reasoning, their results fed back mid-thought.
+
+The task of ``tool_use_python_math_server.py`` (GSM8K by default; ``python`` in the sandbox and
+``calculator``; the same data options), played in one assistant turn: the model reasons in
+``<think>``, and whenever it writes a Hermes ``<tool_call>{...}</tool_call>`` inside that reasoning,
+generation stops at ``</tool_call>``, the environment runs the call and writes
+``<tool_response>...</tool_response>`` into the same turn, and generation resumes in the thought. After
+``</think>`` the model answers with ``\\boxed{}``.
+
+How: the chat is rendered once and continued as text through ManagedServer's completion route with the
+stop string ``</tool_call>``; each continuation extends the episode's one tracked sequence, so the
+sequence holds the server's own token ids and logprobs, with the model's pieces trained and the inserted
+closing tags and tool responses masked (``-100``). A call made after ``</think>`` is not run and the
+reply scores 0; after ``max_tool_calls`` calls, a further call ends the episode. Malformed calls,
+unknown tools, bad arguments, failing or slow tools get an error response and the thought goes on.
+
+Reward: 1 when the one ``\\boxed{}`` after the reasoning equals the gold answer (``math_verify``), else 0
+(also when the budget ``max_tokens_per_turn`` for the whole turn runs out). Needs a token-level server
+(``--openai.server_type vllm`` or ``sglang``).
+
+``python environments/tool_use_interleaved_thinking.py {serve,process,evaluate} --openai.base_url ...``
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from pydantic import Field
+
+from atroposlib.envs.episodes import (
+    END_CONTEXT,
+    END_DONE,
+    END_LENGTH,
+    END_TURN_LIMIT,
+    Episode,
+    EpisodeTrackingError,
+    EpisodeTurn,
+    decode_reply,
+)
+from atroposlib.envs.tools import Tool, run_tool_calls, tool_schema
+from atroposlib.utils.replies import THINK_CLOSE, THINK_OPEN
+
+try:
+    from environments.tool_use_python_math_server import (
+        PythonMathToolUseConfig,
+        PythonMathToolUseEnv,
+        ToolUseItem,
+        answer_is_correct,
+    )
+except (
+    ModuleNotFoundError
+):  # run as a script: this file's folder is on the path, the repository root may not be
+    from tool_use_python_math_server import (
+        PythonMathToolUseConfig,
+        PythonMathToolUseEnv,
+        ToolUseItem,
+        answer_is_correct,
+    )
+
+logger = logging.getLogger(__name__)
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+
+SYSTEM_PROMPT = (
+    "You are a deep thinking AI that solves problems with the help of tools while you think. Reason inside "
+    "<think> </think> tags. While thinking you can call these tools:\n<tools>\n{tools}\n</tools>\n\n"
+    'To call a tool inside your reasoning, write <tool_call>{{"name": "tool_name", "arguments": {{...}}}}'
+    "</tool_call>; its result appears right after it in a <tool_response> block and you continue thinking. "
+    "Never write <tool_response> yourself. After </think>, give the final answer as \\boxed{{answer}}."
+)
+
+
+class InterleavedThinkingConfig(PythonMathToolUseConfig):
+    """The math-with-tools settings; the turn budget covers the whole reasoning with its tool calls."""
+
+    max_tokens_per_turn: int = Field(
+        4096, ge=1, description="tokens the model may generate in the whole turn"
+    )
+    max_tool_calls: int = Field(8, ge=1, description="tool calls run per episode; one more ends the episode")
+
+
+@dataclass
+class InterleavedSession:
+    """One episode: the question, the tools, and what happened in the turn."""
+
+    item: ToolUseItem
+    tools: dict[str, Tool]
+    config: InterleavedThinkingConfig
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    reply: str = ""  #: the assistant turn as generated, tool responses included
+    calls: int = 0
+    errors: int = 0
+    call_after_thinking: bool = False
+
+    def __post_init__(self) -> None:
+        declarations = "\n".join(json.dumps(tool_schema(tool)) for tool in self.tools.values())
+        self.messages = [
+            {"role": "system", "content": SYSTEM_PROMPT.format(tools=declarations)},
+            {"role": "user", "content": self.item.question},
+        ]
+
+    def thinking(self) -> bool:
+        """Whether the reply so far has an open ``<think>`` block."""
+        return THINK_OPEN in self.reply and THINK_CLOSE not in self.reply.split(THINK_OPEN, 1)[1]
+
+    async def respond_to_call(self) -> str:
+        """Run the call the reply ends in and return the text to insert (closing tag already in the reply)."""
+        block = self.reply.rsplit(CALL_OPEN, 1)[1].split(CALL_CLOSE, 1)[0]
+        result = await run_tool_calls(
+            f"{CALL_OPEN}{block}{CALL_CLOSE}", self.tools, self.config.tool_timeout_s
+        )
+        self.calls += 1
+        self.errors += result.errors
+        return f"\n{result.response_text()}\n"
+
+    @property
+    def final_reply(self) -> Optional[str]:
+        """The answer part, when the turn ended properly and no call followed the reasoning."""
+        return None if self.call_after_thinking else self.reply
+
+
+def _open_call(text: str) -> bool:
+    return text.count(CALL_OPEN) > text.count(CALL_CLOSE)
+
+
+class InterleavedThinkingEnv(PythonMathToolUseEnv):
+    """Math problems solved with tool calls inside the reasoning (see the module docstring)."""
+
+    name = "tool_use_interleaved_thinking"
+    env_config_cls = InterleavedThinkingConfig
+    config: InterleavedThinkingConfig
+
+    @classmethod
+    def default_env_config(cls) -> InterleavedThinkingConfig:
+        base = PythonMathToolUseEnv.default_env_config()
+        return InterleavedThinkingConfig(**base.model_dump(exclude_unset=True))
+
+    async def new_session(self, item: ToolUseItem, *, evaluation: bool = False) -> InterleavedSession:
+        return InterleavedSession(item, self.tools, self.config)
+
+    async def _node(self, managed: Any) -> Any:
+        fetch = getattr(managed, "fetch_state", None)
+        if fetch is not None:
+            await fetch()
+        nodes = managed.get_state().get("nodes", [])
+        if len(nodes) != 1:
+            raise EpisodeTrackingError(f"expected one tracked sequence for the turn, found {len(nodes)}")
+        if (nodes[0].metadata or {}).get("dummy_tokens"):
+            raise EpisodeTrackingError(
+                "the inference server returns no token ids: use server_type vllm or sglang"
+            )
+        return nodes[0]
+
+    async def play(
+        self, item: ToolUseItem, *, evaluation: bool = False
+    ) -> Optional[tuple[InterleavedSession, Episode]]:
+        """Play one episode: one assistant turn continued around its tool calls."""
+        session = await self.new_session(item, evaluation=evaluation)
+        cfg = self.config
+        sampling: dict[str, Any] = {"temperature": cfg.temperature, "top_p": cfg.top_p}
+        if evaluation:
+            sampling = {"temperature": cfg.eval_temperature, "split": "eval"}
+        text = self.tokenizer.apply_chat_template(
+            session.messages, tokenize=False, add_generation_prompt=True
+        )
+        turns: list[EpisodeTurn] = []
+        end_reason, node, generated = END_TURN_LIMIT, None, 0
+        try:
+            async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
+                while True:
+                    budget = cfg.max_tokens_per_turn - generated
+                    room = cfg.max_token_length - (
+                        len(node.tokens) if node else len(self.tokenizer.encode(text))
+                    )
+                    if min(budget, room) < 1:
+                        end_reason = END_LENGTH if budget < 1 else END_CONTEXT
+                        break
+                    completion = await managed.completion(
+                        prompt=text, n=1, max_tokens=min(budget, room), stop=[CALL_CLOSE], **sampling
+                    )
+                    choice = completion.choices[0]
+                    before = len(node.tokens) if node else 0
+                    node = await self._node(managed)
+                    start = max(
+                        before, len(node.tokens) - sum(1 for m in node.masked_tokens[before:] if m != -100)
+                    )
+                    piece = decode_reply(self.tokenizer, node.tokens[start:])
+                    generated += len(node.tokens) - start
+                    session.reply += piece
+                    text += choice.text or ""
+                    finish = choice.finish_reason or "stop"
+                    turns.append(EpisodeTurn(piece, finish, 0.0, start, len(node.tokens)))
+                    if finish == "length":
+                        end_reason = END_LENGTH
+                        break
+                    stop_ids = {self.tokenizer.eos_token_id, getattr(self.tokenizer, "pad_token_id", None)}
+                    if node.tokens[-1] in stop_ids or not (
+                        _open_call(session.reply) or session.reply.endswith(CALL_CLOSE)
+                    ):
+                        end_reason = END_DONE  # the model ended its turn (an unclosed call is not run)
+                        break
+                    if not session.thinking():
+                        session.call_after_thinking = True
+                        end_reason = END_DONE
+                        break
+                    if session.calls >= cfg.max_tool_calls:
+                        end_reason = END_TURN_LIMIT
+                        break
+                    closing = CALL_CLOSE if _open_call(session.reply) else ""
+                    session.reply += closing
+                    inserted = closing + await session.respond_to_call()
+                    session.reply += inserted[len(closing) :]
+                    text += inserted
+        except EpisodeTrackingError as exc:
+            logger.warning("%s: episode left out: %s", self.name, exc)
+            return None
+        messages = [*session.messages, {"role": "assistant", "content": session.reply}]
+        if node is None:
+            return session, Episode(messages, [], [], [], [], end_reason)
+        episode = Episode(
+            messages=messages,
+            tokens=list(node.tokens),
+            masks=list(node.masked_tokens),
+            logprobs=list(node.logprobs),
+            turns=turns,
+            end_reason=end_reason,
+        )
+        return session, episode
+
+    def outcome_reward(self, session: InterleavedSession, episode: Episode) -> float:
+        reply = session.final_reply
+        if episode.end_reason != END_DONE or reply is None:
+            return 0.0
+        return 1.0 if answer_is_correct(reply, session.item.answer) else 0.0
+
+    def episode_correct(self, session: InterleavedSession, episode: Episode, score: float) -> bool:
+        return self.outcome_reward(session, episode) == 1.0
+
+    def episode_metrics(self, session: InterleavedSession, episode: Episode) -> dict[str, float]:
+        return {
+            "correct": self.outcome_reward(session, episode),
+            "tool_calls": float(session.calls),
+            "tool_errors": float(session.errors),
+            "call_after_thinking": float(session.call_after_thinking),
+        }
+
+
+if __name__ == "__main__":
+    InterleavedThinkingEnv.cli()
