@@ -48,6 +48,9 @@ class IFEvalEnv(EvalEnv):
     config: IFEvalConfig
     required_fields = ("prompt", "instruction_id_list", "kwargs")
     metric = "prompt_level_strict_acc"
+    #: the per-group accuracies (``eval/instruction_*``, from :meth:`extra_metrics`) are a breakdown: summary
+    #: tables show the headline metrics without them
+    breakdowns = ("instruction",)
 
     def make_item(self, row: Row) -> Optional[EvalItem]:
         data = row.data
