@@ -125,3 +125,17 @@ def test_scorer_runs_in_workers_and_bounds_time():
     good, partial, missing, bad_gold, failures = asyncio.run(run())
     assert good.score == 100 and partial.score == pytest.approx(50.0)
     assert missing.score == 0 and bad_gold.score == 0 and failures == 1
+
+
+def test_a_score_that_runs_over_is_0_and_the_worker_is_replaced():
+    async def run():
+        scorer = EEDScorer(timeout_s=2, workers=1)
+        try:
+            slow = await scorer.score("x", "9^{9^{9^{9}}}")  # sympy would compute this integer forever
+            after = await scorer.score("x", "x")
+        finally:
+            scorer.close()
+        return slow, after, scorer.timeouts
+
+    slow, after, timeouts = asyncio.run(run())
+    assert slow.score == 0 and timeouts == 1 and after.score == 100
