@@ -197,7 +197,7 @@ class MathEvalConfig(EvalConfig):
         "(otherwise just a \\boxed{} answer).",
     )
     max_math_workers: int = Field(
-        default=64, ge=1, description="Most worker processes checking answers (at most the CPU count)."
+        default=64, ge=1, description="Most worker processes checking answers (at most the CPU count, and 8)."
     )
     math_check_timeout: float = Field(
         default=DEFAULT_TIMEOUT_S, gt=0, description="Seconds one answer check may run before it is wrong."

@@ -90,7 +90,9 @@ class PHYBenchEvalConfig(EvalConfig):
     eed_timeout: float = Field(
         default=20.0, gt=0, description="Seconds one EED score may run before it is 0."
     )
-    max_math_workers: int = Field(default=64, ge=1, description="Most worker processes scoring answers.")
+    max_math_workers: int = Field(
+        default=64, ge=1, description="Most worker processes scoring answers (at most the CPU count, and 8)."
+    )
 
 
 class PHYBenchEvalEnv(EvalEnv):
