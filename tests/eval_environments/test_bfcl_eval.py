@@ -80,6 +80,15 @@ def test_tool_calling_server_evaluates_on_bfcl(scripted):
     assert sample["messages"][0]["content"].startswith("You are a deep thinking AI.")  # the env's own prompt
 
 
+def test_bfcl_eval_runs_as_a_script(scripted, tmp_path):
+    """Run as ``python .../bfcl_eval.py``, the script's own name must not shadow the bfcl_eval package."""
+    out = tmp_path / "script_evals"
+    args = ["--env.dataset_path", DATA, "--env.bfcl_categories", '["parallel_multiple"]',
+            "--env.data_dir_to_save_evals", out]  # fmt: skip
+    scripted.command(BfclEvalEnv, "evaluate", args, respond, server_type=None)
+    assert json.loads((out / "metrics.json").read_text())["results"]["all"]["eval/accuracy"] == 1.0
+
+
 async def test_unknown_category_is_one_line(tiny_model_dir):
     env = offline_env(
         BfclEvalEnv, tiny_model_dir, dataset_path=str(DATA), bfcl_categories=["multi_turn_base"]

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from atroposlib.evals.bfcl.data import AST_CATEGORIES, BFCL_EVAL_REQUIREMENT, BfclItem, BfclUnavailable
+from atroposlib.evals.bfcl.data import AST_CATEGORIES, BfclItem, bfcl_package
 from atroposlib.utils.replies import answer_section
 from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
 from atroposlib.utils.tool_calls import ToolCallError, call_from_object, load_json
@@ -55,17 +55,11 @@ def ast_checker() -> Callable[..., dict[str, Any]]:
     docstring); :class:`BfclUnavailable` when ``bfcl-eval`` is not installed."""
     stand_in = types.ModuleType(_MODEL_TABLE)
     stand_in.MODEL_CONFIG_MAPPING = _AnyModel()  # type: ignore[attr-defined]
+    bfcl_package()
     previous = sys.modules.get(_MODEL_TABLE)
     sys.modules[_MODEL_TABLE] = stand_in
     try:
         from bfcl_eval.eval_checker.ast_eval import ast_checker as module
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("bfcl_eval"):
-            raise
-        raise BfclUnavailable(
-            f"BFCL needs the {BFCL_EVAL_REQUIREMENT} package, installed without its dependencies: "
-            "run `python -m atroposlib.evals.bfcl install` (scripts/install.sh does)"
-        ) from None
     finally:
         if previous is None:
             sys.modules.pop(_MODEL_TABLE, None)

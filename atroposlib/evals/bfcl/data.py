@@ -14,9 +14,13 @@ possible answers. ``--env.dataset_path DIR`` reads the same layout from a direct
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import sys
 from dataclasses import dataclass
-from importlib import resources
+from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Optional
 
 from atroposlib.envs.data_loading import DatasetError, read_local_rows
@@ -58,17 +62,33 @@ def canonical_category(name: str) -> str:
     return category
 
 
-def package_data_dir() -> Path:
-    """The ``data`` directory of the installed ``bfcl_eval`` package; :class:`BfclUnavailable` when it is
-    not installed."""
+def bfcl_package() -> ModuleType:
+    """The installed ``bfcl_eval`` package, imported from its distribution's location, so that a file named
+    ``bfcl_eval.py`` first on ``sys.path`` (``environments/eval_environments/bfcl_eval.py`` run as a script)
+    cannot shadow it. :class:`BfclUnavailable` when ``bfcl-eval`` is not installed."""
+    module = sys.modules.get("bfcl_eval")
+    if module is not None and getattr(module, "__path__", None):
+        return module
     try:
-        root = resources.files("bfcl_eval")
-    except ModuleNotFoundError:
+        location = metadata.distribution("bfcl-eval").locate_file("")
+    except metadata.PackageNotFoundError:
+        location = None
+    spec = importlib.machinery.PathFinder.find_spec("bfcl_eval", [str(location)]) if location else None
+    if spec is None or spec.loader is None:
         raise BfclUnavailable(
             f"BFCL needs the {BFCL_EVAL_REQUIREMENT} package, installed without its dependencies: "
             "run `python -m atroposlib.evals.bfcl install` (scripts/install.sh does)"
-        ) from None
-    return Path(str(root)) / "data"
+        )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bfcl_eval"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def package_data_dir() -> Path:
+    """The ``data`` directory of the installed ``bfcl_eval`` package (:class:`BfclUnavailable` when it is not
+    installed)."""
+    return Path(list(bfcl_package().__path__)[0]) / "data"
 
 
 @dataclass(frozen=True)
