@@ -133,8 +133,10 @@ class BenchmarkResult:
         return "failed" if self.error else "ok"
 
 
-def _flag_applies(flag: str, env_fields: set[str]) -> bool:
+def _flag_applies(flag: str, env_fields: set[str], server_namespace: Optional[str] = None) -> bool:
     namespace, _, key = flag.partition(".")
+    if namespace in ("judge", "teacher"):  # an extra server: only for benchmarks that take one (judged ones)
+        return namespace == server_namespace
     return namespace != "env" or key in env_fields
 
 
@@ -160,7 +162,8 @@ def command_args(
         values["env.dataset_path"] = str(dataset_path)
     if "resume" in fields:
         values["env.resume"] = "false" if restart else "true"
-    values.update({k: v for k, v in flags.items() if _flag_applies(k, fields)})
+    extra = getattr(env_cls, "teacher_namespace", None)
+    values.update({k: v for k, v in flags.items() if _flag_applies(k, fields, extra)})
     return ["evaluate", *(x for k, v in values.items() for x in (f"--{k}", v))]
 
 

@@ -109,3 +109,15 @@ def test_where_the_judge_runs(monkeypatch):
 def test_failure_metrics():
     assert failure_metrics([0, 1, 2], [1, 2, 2]) == {"judge_failures": 3.0, "judge_failure_rate": 0.6}
     assert failure_metrics([], []) == {"judge_failures": 0.0, "judge_failure_rate": 0.0}
+
+
+def test_a_suite_gives_judge_flags_only_to_judged_benchmarks(tmp_path):
+    from atroposlib.evals.suite import command_args
+    from environments.eval_environments.mmlu_eval import MMLUEvalEnv
+    from environments.eval_environments.simpleqa_eval import SimpleQAEvalEnv
+
+    flags = {"judge.base_url": "http://127.0.0.1:1/v1", "openai.model_name": "m"}
+    judged = command_args(SimpleQAEvalEnv, flags, tmp_path / "simpleqa", restart=False)
+    plain = command_args(MMLUEvalEnv, flags, tmp_path / "mmlu", restart=False)
+    assert "--judge.base_url" in judged and "--judge.base_url" not in plain
+    assert "--openai.model_name" in judged and "--openai.model_name" in plain
