@@ -20,7 +20,7 @@ maj@k with several samples, ``eval/no_answer_rate``, ``eval/hedge_rate``, ``eval
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from pydantic import Field
 
@@ -50,7 +50,9 @@ Note: AIME answers are always integers from 0 to 999.
 class AIMEEvalConfig(MathEvalConfig):
     """AIME's settings (the original's names)."""
 
-    years: list[str] = Field(default=["2024", "2025"], description="AIME years to evaluate (2024, 2025).")
+    years: list[Union[str, int]] = Field(
+        default=["2024", "2025"], description="AIME years to evaluate (2024, 2025)."
+    )
     eval_split: str = Field(
         default="train", description="Split to evaluate on (the AIME sets have only train)."
     )
