@@ -1,6 +1,7 @@
 """SimpleQA: short fact-seeking questions, graded correct / incorrect / not attempted by an LLM judge.
 
-Data: ``lighteval/SimpleQA`` (split ``test``): ``problem``, ``answer`` and ``metadata`` (its ``topic``).
+Data: ``lighteval/SimpleQA`` (split ``test``): ``problem``, ``answer`` and ``metadata`` (its ``topic``; a dict,
+or its text as in the CSV release).
 ``--env.dataset_path`` reads a local file in that schema.
 
 Prompt: the question, with the answer asked for inside ``<answer></answer>``. The answer graded is the
@@ -24,6 +25,7 @@ MODEL --judge.base_url https://api.openai.com/v1 --judge.model_name gpt-4o-2024-
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -84,6 +86,17 @@ def predicted_answer(reply: Reply) -> Optional[str]:
     return answer or None
 
 
+def topic_of(metadata: Any) -> Optional[str]:
+    """The ``topic`` of a row's ``metadata``: a dict, or its Python/JSON text as the CSV release stores it."""
+    if isinstance(metadata, str):
+        try:
+            metadata = ast.literal_eval(metadata)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+    topic = metadata.get("topic") if isinstance(metadata, dict) else None
+    return str(topic) if topic else None
+
+
 class SimpleQAEvalConfig(JudgedEvalConfig):
     """SimpleQA's settings (the original's names)."""
 
@@ -112,8 +125,7 @@ class SimpleQAEvalEnv(JudgedEval):
 
     def make_item(self, row: Row) -> EvalItem:
         data = row.data
-        metadata = data.get("metadata")
-        topic = metadata.get("topic") if isinstance(metadata, dict) else None
+        topic = topic_of(data.get("metadata"))
         question = str(data["problem"])
         return EvalItem(
             id=str(row.index),
