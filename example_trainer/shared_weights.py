@@ -8,7 +8,8 @@ described by a handle to its memory and its place in it, as a JSON-friendly *man
   ``torch.multiprocessing`` pickles for a CUDA tensor).
 * CPU: :func:`share_cpu_parameters` first moves the parameters into one shared-memory buffer per dtype
   (``torch.multiprocessing``'s ``file_system`` strategy: a named segment under ``/dev/shm``), the
-  parameters becoming views into it; the buffer's handle is the segment's name.
+  parameters becoming views into it; the buffer's handle is the segment's path, which the trainer maps
+  (``MAP_SHARED``) directly, so its mapping stays valid whatever the server's process does later.
 
 Trainer side (:func:`attach_manifest`, :func:`build_shared_model`): the handles are opened, which maps the
 same memory (no copy), and a Hugging Face model is built on the meta device whose parameters are then
@@ -27,6 +28,7 @@ from __future__ import annotations
 import base64
 import io
 import logging
+import os
 import pickle
 import re
 from collections.abc import Mapping
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.multiprocessing  # registers the tensor reductions (CUDA IPC handles) with pickle
 
 logger = logging.getLogger(__name__)
 
@@ -104,17 +107,42 @@ def share_cpu_parameters(module: torch.nn.Module) -> int:
 def _pickle_tensor(tensor: torch.Tensor) -> str:
     from multiprocessing.reduction import ForkingPickler
 
-    import torch.multiprocessing  # noqa: F401 - registers the tensor reductions with ForkingPickler
-
     buf = io.BytesIO()
     ForkingPickler(buf, pickle.HIGHEST_PROTOCOL).dump(tensor)
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _storage_handle(data: torch.Tensor) -> dict[str, Any]:
+    """How another process opens the storage of ``data``: a shared-memory path or a CUDA IPC handle."""
+    storage = data.untyped_storage()
+    dtype = str(data.dtype).removeprefix("torch.")
+    if data.device.type == "cpu":
+        _, name, nbytes = storage._share_filename_cpu_()
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        path = f"/dev/shm/{name.lstrip('/')}"
+        # The segment starts with torch's reference-count header; the data fills the rest of it.
+        offset = os.path.getsize(path) - int(nbytes)
+        return {"kind": "shm", "path": path, "offset": offset, "nbytes": int(nbytes), "dtype": dtype}
+    whole = torch.empty(0, dtype=data.dtype, device=data.device)
+    whole.set_(storage, 0, (storage.nbytes() // data.element_size(),))
+    return {"kind": "cuda_ipc", "pickle": _pickle_tensor(whole), "dtype": dtype}
+
+
+def _open_storage(handle: Mapping[str, Any]) -> torch.Tensor:
+    dtype = getattr(torch, handle["dtype"])
+    if handle["kind"] == "shm":
+        offset, nbytes = int(handle["offset"]), int(handle["nbytes"])
+        raw = torch.from_file(handle["path"], shared=True, size=offset + nbytes, dtype=torch.uint8)
+        return raw[offset:].view(dtype)
+    if handle["kind"] == "cuda_ipc":
+        return pickle.loads(base64.b64decode(handle["pickle"]))  # noqa: S301 - our own server's handle
+    raise SharedWeightsError(f"unknown storage handle kind {handle['kind']!r}")
+
+
 def export_parameters(module: torch.nn.Module, model_dir: str | None = None) -> dict[str, Any]:
     """The manifest of ``module``'s parameters: ``{"format", "model", "buffers", "tensors"}``.
 
-    ``buffers`` holds one pickled handle per storage (base64); ``tensors`` maps each parameter name to
+    ``buffers`` holds one handle per storage (:func:`_storage_handle`); ``tensors`` maps each parameter name to
     ``{"buffer", "offset", "shape", "stride", "dtype", "device"}`` (offset and stride in elements).
     CPU parameters are first moved to shared memory (:func:`share_cpu_parameters`).
 
@@ -124,7 +152,7 @@ def export_parameters(module: torch.nn.Module, model_dir: str | None = None) -> 
     """
     use_file_system_sharing()
     share_cpu_parameters(module)
-    buffers: list[str] = []
+    buffers: list[dict[str, Any]] = []
     index: dict[tuple[str, int], int] = {}
     tensors: dict[str, dict[str, Any]] = {}
     for name, param in module.named_parameters():
@@ -139,10 +167,8 @@ def export_parameters(module: torch.nn.Module, model_dir: str | None = None) -> 
         storage = data.untyped_storage()
         key = (str(data.device), storage.data_ptr())
         if key not in index:
-            whole = torch.empty(0, dtype=data.dtype, device=data.device)
-            whole.set_(storage, 0, (storage.nbytes() // data.element_size(),))
             index[key] = len(buffers)
-            buffers.append(_pickle_tensor(whole))
+            buffers.append(_storage_handle(data))
         tensors[name] = {
             "buffer": index[key],
             "offset": data.storage_offset(),
@@ -168,11 +194,10 @@ def attach_manifest(manifest: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """
     if manifest.get("format") != MANIFEST_FORMAT:
         raise SharedWeightsError(f"unknown shared-weights manifest format {manifest.get('format')!r}")
-    use_file_system_sharing()
-    import torch.multiprocessing  # noqa: F401 - the rebuild functions the handles name
-
     try:
-        bases = [pickle.loads(base64.b64decode(handle)) for handle in manifest["buffers"]]  # noqa: S301
+        bases = [_open_storage(handle) for handle in manifest["buffers"]]
+    except SharedWeightsError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any failure to map the memory means the same thing
         raise SharedWeightsError(
             f"cannot open the inference server's weights ({type(exc).__name__}: {exc}); the trainer must "
@@ -181,7 +206,8 @@ def attach_manifest(manifest: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for name, entry in manifest["tensors"].items():
         base = bases[int(entry["buffer"])]
-        out[name] = torch.as_strided(base, entry["shape"], entry["stride"], int(entry["offset"]))
+        offset = base.storage_offset() + int(entry["offset"])
+        out[name] = torch.as_strided(base, entry["shape"], entry["stride"], offset)
     return out
 
 
@@ -294,14 +320,6 @@ def fetch_manifest(root_url: str, api_key: str | None = None, timeout: float = 1
     return resp.json()
 
 
-def storage_files(tensors: Mapping[str, torch.Tensor] | Any) -> set[str]:
-    """Names of the shared-memory segments holding CPU ``tensors`` (a mapping or a model)."""
-    use_file_system_sharing()
-    items = tensors.values() if isinstance(tensors, Mapping) else (p for _, p in tensors.named_parameters())
-    names: set[str] = set()
-    for tensor in items:
-        storage = tensor.untyped_storage()
-        if tensor.device.type == "cpu" and storage.is_shared():
-            _, handle, _ = storage._share_filename_cpu_()
-            names.add(handle.decode() if isinstance(handle, bytes) else str(handle))
-    return names
+def segment_paths(manifest: Mapping[str, Any]) -> set[str]:
+    """The shared-memory files holding a manifest's CPU weights."""
+    return {h["path"] for h in manifest["buffers"] if h.get("kind") == "shm"}

@@ -27,6 +27,7 @@ once the queue is drained both counters agree.
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 import time
@@ -620,6 +621,9 @@ def _train(
                 for bid in pending_acks:
                     client.ack(bid)
         finally:
+            if shared:  # let go of the server's memory (IPC handles, mappings) before the server exits
+                model = optimizer = None
+                gc.collect()
             inference.stop()
             run_log.finish()
             if main:

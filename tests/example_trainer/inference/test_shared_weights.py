@@ -28,7 +28,7 @@ from example_trainer.shared_weights import (
     build_shared_model,
     fetch_manifest,
     map_to_model,
-    storage_files,
+    segment_paths,
 )
 from example_trainer.weight_broadcast import WeightBroadcaster, unique_named_tensors
 
@@ -88,24 +88,29 @@ def model_logprobs(model, prompt: list[int], completion: list[int]) -> list[floa
     return [float(logp[len(prompt) - 1 + i, tok]) for i, tok in enumerate(completion)]
 
 
-def _mapped(pid: int, names: set[str]) -> tuple[int, int]:
-    """(Rss, Pss) in bytes of ``pid``'s mappings of the shared-memory segments ``names``."""
+def _mapped(pid: int, paths: set[str]) -> tuple[int, int, list[tuple[int, int]]]:
+    """(Rss, Pss) in bytes of ``pid``'s mappings of the shared-memory files ``paths``, and their address ranges."""
     rss = pss = 0
     current = False
+    ranges = []
     for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
         fields = line.split()
         if fields and "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
-            current = any(name.lstrip("/") in line for name in names)
+            current = any(path in line for path in paths)
+            if current:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                ranges.append((start, end))
         elif current and fields[0] == "Rss:":
             rss += int(fields[1]) * 1024
         elif current and fields[0] == "Pss:":
             pss += int(fields[1]) * 1024
-    return rss, pss
+    return rss, pss, ranges
 
 
 def test_an_optimizer_step_is_served_without_a_reload_and_the_weights_exist_once(shared_server, model_dir):
     proc, url = shared_server
-    tensors = attach_manifest(fetch_manifest(url))
+    manifest = fetch_manifest(url)
+    tensors = attach_manifest(manifest)
     model = build_shared_model(model_dir, tensors)
     model.train()
     ids, before = server_logprobs(url)
@@ -125,13 +130,15 @@ def test_an_optimizer_step_is_served_without_a_reload_and_the_weights_exist_once
         > 1e-3
     )
 
-    # One copy: every parameter lives in the server's segment(s), which both processes map in full, and
-    # whose proportional set sizes add up to one copy of the weights.
-    names = storage_files(model)
-    assert names and names == storage_files(tensors)
+    # One copy: every parameter of the trainer lies in its mapping of the server's segment(s), which both
+    # processes map in full, and whose proportional set sizes add up to one copy of the weights.
+    paths = segment_paths(manifest)
+    assert paths and all(Path(p).exists() for p in paths)
     nbytes = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
-    server_rss, server_pss = _mapped(proc.pid, names)
-    trainer_rss, trainer_pss = _mapped(os.getpid(), names)
+    server_rss, server_pss, _ = _mapped(proc.pid, paths)
+    trainer_rss, trainer_pss, ranges = _mapped(os.getpid(), paths)
+    for name, param in model.named_parameters():
+        assert any(lo <= param.data_ptr() < hi for lo, hi in ranges), f"{name} is not in the server's memory"
     assert server_rss >= 0.9 * nbytes and trainer_rss >= 0.9 * nbytes
     assert server_pss + trainer_pss <= 1.1 * nbytes
 
