@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from atroposlib.evals.bfcl.data import AST_CATEGORIES, BfclItem, bfcl_package
+from atroposlib.evals.bfcl.prompt import tool_name
 from atroposlib.utils.replies import answer_section
 from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
-from atroposlib.utils.tool_calls import ToolCallError, call_from_object, load_json
+from atroposlib.utils.tool_calls import ToolCall, ToolCallError, call_from_object, load_json
 
 #: The model name handed to the checker (only used for the dot-replacement lookup).
 CHECKER_MODEL = "atroposlib-hermes-fc"
@@ -162,9 +163,6 @@ def reference_reply(item: BfclItem) -> str:
     """A Hermes reply built from ``item``'s possible answers: an argument that may be left out (``""``
     among its acceptable values) and is not required is left out; any other takes its first acceptable
     value that is not ``""``. The tests use it to check the scoring end to end."""
-    from atroposlib.evals.bfcl.prompt import tool_name
-    from atroposlib.utils.tool_calls import ToolCall
-
     required = {f["name"]: set(f.get("parameters", {}).get("required", [])) for f in item.functions}
     calls = []
     for answer in item.ground_truth or ():
