@@ -50,9 +50,10 @@ from atroposlib.envs.base import EvalHandlingEnum
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows, read_local_rows
 from atroposlib.envs.episodes import END_DONE, Episode, Feedback
-from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
-from atroposlib.envs.tools import run_tool_calls, tool_schema
+from atroposlib.envs.multi_turn import MultiTurnEnv
+from atroposlib.envs.tools import tool_schema
 from atroposlib.envs.tools.research import Bm25Backend, OpenTool, Page, SearchTool, default_cache_dir
+from atroposlib.envs.tools.turns import ToolLimitsConfig, ToolTally
 from atroposlib.utils.replies import answer_section
 
 logger = logging.getLogger(__name__)
@@ -190,7 +191,7 @@ def pages_of_corpus(path: str) -> list[Page]:
 # ---------------------------------------------------------------------------------------------------------
 # The environment
 # ---------------------------------------------------------------------------------------------------------
-class DeepResearchConfig(MultiTurnEnvConfig):
+class DeepResearchConfig(ToolLimitsConfig):
     """MultiTurnEnvConfig plus the data, the collection, the search backend and the reward."""
 
     group_size: int = 8
@@ -215,13 +216,6 @@ class DeepResearchConfig(MultiTurnEnvConfig):
         None, description="where BM25 indexes are saved (default ~/.cache/atroposlib/bm25)"
     )
     search_k: int = Field(5, ge=1, le=50, description="results a search returns when k is not given")
-    tool_output_chars: int = Field(4000, ge=100, description="characters of one tool answer shown")
-    tool_timeout_s: float = Field(
-        30.0, gt=0, description="seconds a tool call may take before it is an error"
-    )
-    max_calls_per_turn: int = Field(
-        8, ge=1, description="tool calls one reply may make; a reply with more ends the episode"
-    )
     answer_metric: Literal["f1", "em"] = Field("f1", description="answer score: token F1 or exact match")
     citation_bonus: float = Field(
         0.2, ge=0.0, description="weight of the citation F1 (cited titles vs the supporting titles)"
@@ -238,9 +232,7 @@ class ResearchSession:
     config: DeepResearchConfig
     messages: list[dict[str, Any]] = field(default_factory=list)
     final_reply: Optional[str] = None
-    calls: int = 0
-    errors: int = 0
-    over_limit: bool = False
+    tally: ToolTally = field(default_factory=ToolTally)
 
     def __post_init__(self) -> None:
         declarations = "\n".join(json.dumps(tool_schema(t)) for t in (self.search, self.open))
@@ -254,20 +246,11 @@ class ResearchSession:
         return {"search": self.search, "open": self.open}
 
     async def step(self, reply: str, turn: int) -> Feedback:
-        result = await run_tool_calls(
-            reply, self.tools, timeout_s=self.config.tool_timeout_s, max_calls=self.config.max_calls_per_turn
-        )
-        if result.over_limit:
-            self.over_limit = True
-            self.errors += 1
-            return Feedback(done=True, info={"over_limit": True})
-        if not result.made_calls:
+        _, feedback = await self.tally.run(reply, self.tools, self.config)
+        if feedback is None:
             self.final_reply = reply
             return Feedback(done=True)
-        self.calls += len(result.calls)
-        self.errors += result.errors
-        info = {"calls": [{"name": c.name, "ok": c.ok} for c in result.calls]}
-        return Feedback(messages=[{"role": "tool", "content": result.response_text()}], info=info)
+        return feedback
 
     def title_of(self, doc_id: str) -> Optional[str]:
         return self.open.titles.get(doc_id) or self.search.seen.get(doc_id)
@@ -377,8 +360,8 @@ class DeepResearchEnv(LocalServerDefaults, MultiTurnEnv):
             "exact_match": exact_match(final.answer, session.item.answer) if final else 0.0,
             "citation_f1": self.citation_f1(session, final) if final else 0.0,
             "supporting_opened": len(opened & gold_titles) / len(gold_titles) if gold_titles else 0.0,
-            "tool_calls": float(session.calls),
-            "tool_errors": float(session.errors),
+            "tool_calls": float(session.tally.calls),
+            "tool_errors": float(session.tally.errors),
             "answered": float(final is not None),
         }
 

@@ -40,9 +40,10 @@ from atroposlib.envs.base import EvalHandlingEnum
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, load_rows
 from atroposlib.envs.episodes import Episode, Feedback
-from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
-from atroposlib.envs.tools import run_tool_calls, tool_schema
+from atroposlib.envs.multi_turn import MultiTurnEnv
+from atroposlib.envs.tools import tool_schema
 from atroposlib.envs.tools.mcp_client import McpConnection, McpServerSpec, McpTool, connect_all
+from atroposlib.envs.tools.turns import ToolLimitsConfig, ToolTally
 from atroposlib.utils.tool_calls import ToolCallError, canonical_value, json_contains
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ def items_of(rows: list[dict[str, Any]], source: str) -> list[McpItem]:
     return items
 
 
-class McpEnvConfig(MultiTurnEnvConfig):
+class McpEnvConfig(ToolLimitsConfig):
     """MultiTurnEnvConfig plus the servers, the data and the tool limits."""
 
     group_size: int = 8
@@ -103,13 +104,6 @@ class McpEnvConfig(MultiTurnEnvConfig):
     dataset_path: Optional[str] = Field(None, description="file of user_prompt_text / expected_mcp_call rows")
     eval_dataset_path: Optional[str] = Field(None, description="evaluation file (default: 2% held out)")
     connect_timeout_s: float = Field(30.0, gt=0, description="seconds to start or reach each server")
-    tool_timeout_s: float = Field(
-        30.0, gt=0, description="seconds a tool call may take before it is an error"
-    )
-    tool_output_chars: int = Field(4000, ge=100, description="characters of one tool answer shown")
-    max_calls_per_turn: int = Field(
-        8, ge=1, description="tool calls one reply may make; a reply with more ends the episode"
-    )
 
 
 @dataclass
@@ -121,8 +115,7 @@ class McpSession:
     config: McpEnvConfig
     messages: list[dict[str, Any]] = field(default_factory=list)
     made: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    errors: int = 0
-    over_limit: bool = False
+    tally: ToolTally = field(default_factory=ToolTally)
     answered: bool = False
 
     def __post_init__(self) -> None:
@@ -133,20 +126,13 @@ class McpSession:
         ]
 
     async def step(self, reply: str, turn: int) -> Feedback:
-        result = await run_tool_calls(
-            reply, self.tools, timeout_s=self.config.tool_timeout_s, max_calls=self.config.max_calls_per_turn
-        )
-        if result.over_limit:
-            self.over_limit = True
-            self.errors += 1
-            return Feedback(done=True, info={"over_limit": True})
-        if not result.made_calls:
+        result, feedback = await self.tally.run(reply, self.tools, self.config)
+        if feedback is None:
             self.answered = True
             return Feedback(done=True)
-        self.errors += result.errors
-        self.made += [(c.name, c.arguments) for c in result.calls if c.name and c.arguments is not None]
-        info = {"calls": [{"name": c.name, "ok": c.ok} for c in result.calls]}
-        return Feedback(messages=[{"role": "tool", "content": result.response_text()}], info=info)
+        if not result.over_limit:
+            self.made += [(c.name, c.arguments) for c in result.calls if c.name and c.arguments is not None]
+        return feedback
 
     @property
     def matched(self) -> bool:
@@ -231,7 +217,7 @@ class McpEnv(LocalServerDefaults, MultiTurnEnv):
         return {
             "matched_call": float(session.matched),
             "tool_calls": float(len(session.made)),
-            "tool_errors": float(session.errors),
+            "tool_errors": float(session.tally.errors),
             "answered": float(session.answered),
         }
 

@@ -22,8 +22,6 @@ from typing import Optional
 
 from pydantic import Field
 
-from atroposlib.envs.base import EvalHandlingEnum
-
 try:
     from environments.tool_use_multiturn_server import MultiTurnToolCallingEnv, MultiTurnToolUseConfig
 except (
@@ -55,14 +53,8 @@ class MultiTurnToolUseTurnLevelAdvantageEnv(MultiTurnToolCallingEnv):
 
     @classmethod
     def default_env_config(cls) -> MTGRPOEnvConfig:
-        return MTGRPOEnvConfig(
-            total_steps=2000,
-            batch_size=1024,
-            max_token_length=4096 * 16,
-            eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
-            eval_limit_ratio=0.1,
-            eval_limit=128,
-        )
+        base = MultiTurnToolCallingEnv.default_env_config()
+        return MTGRPOEnvConfig(**base.model_dump(exclude_unset=True))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ calls, masking, ``process`` and ``evaluate`` with the hub unreachable, and the s
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 
@@ -25,7 +24,7 @@ from environments.deep_research_env import (
     read_final_reply,
 )
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
-from tests.helpers.multi_turn_runs import episode_responder, tool_call
+from tests.helpers.multi_turn_runs import episode_responder, tool_call, tool_responses
 from tests.helpers.single_turn_runs import offline_env, setup_failure, write_jsonl
 
 SAMPLE = FIXTURES / "hotpotqa_sample.jsonl"
@@ -59,15 +58,6 @@ async def _play(tiny_model_dir, tmp_path, script, env_cls=DeepResearchEnv, item_
         item = next(i for i in env.test if i.question == ROWS[item_index]["question"])
         session, episode = await env.play(item)
     return env, session, episode
-
-
-def _responses(episode) -> list[dict]:
-    bodies = []
-    for message in episode.messages:
-        if message["role"] == "tool":
-            found = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", message["content"], re.DOTALL)
-            bodies += [json.loads(b) for b in found]
-    return bodies
 
 
 # -- scoring --------------------------------------------------------------------------------------------
@@ -118,7 +108,7 @@ def test_bm25_search_ranks_the_right_page_and_the_index_is_cached_on_disk(tmp_pa
 async def test_searching_reading_and_answering_with_citations_scores_and_masks(tiny_model_dir, tmp_path):
     env, session, episode = await _play(tiny_model_dir, tmp_path, RIGHT)
     assert episode.end_reason == "done" and len(episode.turns) == 3
-    found, larkspur, veldhaven = _responses(episode)
+    found, larkspur, veldhaven = tool_responses(episode)
     assert found["name"] == "search" and found["content"].startswith("1. [Larkspur Observatory] Larkspur")
     assert larkspur["content"].startswith("# Larkspur Observatory\n\nThe Larkspur Observatory is")
     assert "river Ossel flows through Veldhaven" in veldhaven["content"]  # the page was really read
@@ -200,7 +190,7 @@ async def test_hostile_tools_raise_hang_or_flood_and_the_episode_goes_on(tiny_mo
         tool_output_chars=500,
     )
     assert time.monotonic() - start < 30
-    raised, hung, slow, huge = _responses(episode)
+    raised, hung, slow, huge = tool_responses(episode)
     assert raised["error"] == "'search' failed: ConnectionError: search service unreachable"
     assert hung["error"] == "'search' did not answer within 0.5 s" and "0.5 s" in slow["error"]
     assert len(huge["content"]) < 700 and "[truncated: " in huge["content"]
@@ -220,12 +210,12 @@ async def test_hostile_calls_get_errors_and_a_hundred_calls_in_one_reply_end_the
         "<answer>Ossel</answer>",
     ]
     env, session, episode = await _play(tiny_model_dir, tmp_path, script, max_tokens_per_turn=8000)
-    errors = [body["error"] for body in _responses(episode)]
+    errors = [body["error"] for body in tool_responses(episode)]
     assert errors[0] == "unknown tool 'browse'; tools: open, search"
     assert errors[1].startswith("malformed tool call: not valid JSON")
     assert errors[2] == "no document with id 'No Such Page'; use an id that search returned"
     assert errors[3].startswith("invalid arguments for 'search'")
-    assert len(episode.turns) == 2 and episode.end_reason == "done" and session.over_limit
+    assert len(episode.turns) == 2 and episode.end_reason == "done" and session.tally.over_limit
     assert session.search.seen == {}  # none of the hundred searches ran
     assert env.score(session, episode) == 0.0 and env.episode_metrics(session, episode)["answered"] == 0.0
 

@@ -23,7 +23,7 @@ from atroposlib.testing.scripted_server import launch_scripted_server
 from atroposlib.utils.tool_calls import json_contains as contains
 from environments.mcp_env import McpEnv, McpEnvConfig, items_of
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
-from tests.helpers.multi_turn_runs import episode_responder, tool_call
+from tests.helpers.multi_turn_runs import episode_responder, tool_call, tool_responses
 from tests.helpers.single_turn_runs import offline_env, setup_failure, write_jsonl
 
 SAMPLE = FIXTURES / "mcp_sample.jsonl"
@@ -61,15 +61,6 @@ async def _play(tiny_model_dir, script, row=0, **overrides):
     return env, session, episode
 
 
-def _responses(episode) -> list[dict]:
-    bodies = []
-    for message in episode.messages:
-        if message["role"] == "tool":
-            found = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", message["content"], re.DOTALL)
-            bodies += [json.loads(b) for b in found]
-    return bodies
-
-
 def test_expected_calls_match_by_json_value_with_extra_arguments_allowed(tmp_path):
     assert contains({"a": 17.0, "b": 25, "note": "x"}, {"b": 25, "a": 17})
     assert contains({"q": {"x": [1, 2], "y": True}}, {"q": {"x": [1.0, 2]}})
@@ -92,7 +83,7 @@ async def test_the_servers_tools_are_offered_run_and_only_the_models_tokens_trai
     for name in ("add", "capital_of", "fail", "hang", "huge"):
         assert f'"name": "{name}"' in system
     assert '"a": {"title": "A", "type": "integer"}' in system  # the server's own input schema
-    assert _responses(episode) == [{"name": "add", "content": "42"}]  # computed by the MCP server
+    assert tool_responses(episode) == [{"name": "add", "content": "42"}]  # computed by the MCP server
     assert episode.end_reason == "done" and env.score(session, episode) == 1.0
     assert env.episode_metrics(session, episode) == {
         "matched_call": 1.0,
@@ -119,7 +110,7 @@ async def test_a_tool_that_raises_hangs_or_floods_is_handled_and_the_session_sta
         tiny_model_dir, script, tool_timeout_s=1.0, tool_output_chars=1000, max_turns=5
     )
     assert time.monotonic() - start < 40
-    failed, hung, huge, unknown, added = _responses(episode)
+    failed, hung, huge, unknown, added = tool_responses(episode)
     assert failed["error"] == "Error executing tool fail: database offline"
     assert hung["error"] == "'hang' did not answer within 1.0 s"
     assert huge["content"].startswith("x" * 1000 + "\n... [truncated: 999000 more characters]")
@@ -138,11 +129,11 @@ async def test_hostile_calls_get_errors_and_a_hundred_calls_end_the_episode_with
         "unused",
     ]
     env, session, episode = await _play(tiny_model_dir, script, max_tokens_per_turn=8000)
-    unknown, bad_json, bad_args = (body["error"] for body in _responses(episode))
+    unknown, bad_json, bad_args = (body["error"] for body in tool_responses(episode))
     assert unknown == "unknown tool 'rm_rf'; tools: add, capital_of, fail, hang, huge"
     assert bad_json.startswith("malformed tool call: not valid JSON")
     assert bad_args.startswith("invalid arguments for 'add': a: 'seventeen' is not of type 'integer'")
-    assert len(episode.turns) == 2 and episode.end_reason == "done" and session.over_limit
+    assert len(episode.turns) == 2 and episode.end_reason == "done" and session.tally.over_limit
     assert env.score(session, episode) == -1.0  # none of the hundred calls ran, so none matched
 
 

@@ -21,7 +21,7 @@ from environments.tool_use_python_math_server import (
     gold_answer,
 )
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
-from tests.helpers.multi_turn_runs import episode_responder, tool_call
+from tests.helpers.multi_turn_runs import episode_responder, tool_call, tool_responses
 
 SAMPLE = FIXTURES / "tool_use_sample.jsonl"
 ITEM = ToolUseItem("A box holds 12 pencils. How many pencils are in 17 boxes?", "204")
@@ -39,18 +39,6 @@ def _env(tiny_model_dir, base_url="http://127.0.0.1:9/v1", **overrides) -> Pytho
     }
     server = APIServerConfig(base_url=base_url, model_name="m", server_type="vllm")
     return PythonMathToolUseEnv(PythonMathToolUseConfig(**values), server)
-
-
-def _responses(episode) -> list[dict]:
-    """The JSON bodies of every <tool_response> of the episode, in order."""
-    bodies = []
-    for message in episode.messages:
-        if message["role"] == "tool":
-            bodies += [
-                json.loads(b)
-                for b in re.findall(r"<tool_response>\n(.*?)\n</tool_response>", message["content"])
-            ]
-    return bodies
 
 
 async def _play(tiny_model_dir, script, **overrides):
@@ -78,7 +66,7 @@ async def test_tools_run_over_turns_until_a_final_answer(tiny_model_dir):
     ]
     env, session, episode = await _play(tiny_model_dir, script)
     assert episode.end_reason == "done" and len(episode.turns) == 3
-    assert _responses(episode) == [
+    assert tool_responses(episode) == [
         {"name": "calculator", "content": "204"},
         {"name": "python", "content": "204\n"},  # run in the sandbox
         {"name": "calculator", "content": "204.0"},
@@ -108,7 +96,7 @@ async def test_a_sandbox_time_out_and_a_crashing_program_are_reported_and_the_ep
         "\\boxed{204}",
     ]
     env, session, episode = await _play(tiny_model_dir, script, python_wall_seconds=1.0)
-    timeout, crash = _responses(episode)
+    timeout, crash = tool_responses(episode)
     assert "time limit" in timeout["error"]
     assert crash["content"].startswith("start\n[stderr]\n") and "ValueError: bad input" in crash["content"]
     assert "[exit code 1" in crash["content"]
@@ -125,7 +113,7 @@ async def test_malformed_and_unknown_calls_get_errors_and_the_episode_goes_on(ti
         "\\boxed{204}",
     ]
     env, session, episode = await _play(tiny_model_dir, script, max_turns=8)
-    errors = [body["error"] for body in _responses(episode)]
+    errors = [body["error"] for body in tool_responses(episode)]
     assert errors[0].startswith("malformed tool call: not valid JSON")
     assert errors[1] == "unknown tool 'web_search'; tools: calculator, python"
     assert errors[2] == "invalid arguments for 'calculator': 'expression' is a required property"
@@ -165,7 +153,7 @@ async def test_a_tool_that_raises_and_a_user_registered_tool(tiny_model_dir):
         await env.setup()
         session, episode = await env.play(ITEM)
     assert set(env.tools) == {"lookup", "calculator"} and '"name": "lookup"' in episode.messages[0]["content"]
-    assert _responses(episode) == [
+    assert tool_responses(episode) == [
         {"name": "lookup", "error": "'lookup' failed: ConnectionError: backend unreachable"}
     ]
     assert episode.end_reason == "done" and env.score(session, episode) == 0.0
