@@ -56,6 +56,45 @@ def test_the_packages_possible_answers_score_100_percent(category):
     assert category_scores(kept)[category] == 1.0
 
 
+def render(calls: list[dict]) -> str:
+    blocks = (
+        json.dumps({"name": name, "arguments": arguments}) for c in calls for name, arguments in c.items()
+    )
+    return "\n".join(f"<tool_call>{block}</tool_call>" for block in blocks)
+
+
+def retyped(value):
+    """A value of another JSON type (a number as text, text as a number ...)."""
+    if isinstance(value, bool):
+        return "yes"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return 12345 if isinstance(value, str) else json.dumps(value)
+
+
+@pytest.mark.parametrize("category", AST_CATEGORIES)
+def test_deliberately_wrong_calls_are_wrong_on_every_entry(category):
+    """From each entry's right reply: an extra argument, the first argument's type changed, and (parallel
+    categories) one call left out are all wrong."""
+    checked = 0
+    for entry in load_category(category):
+        if entry.id in UNSATISFIABLE:
+            continue
+        calls = decode_reply(reference_reply(entry))
+        ((name, arguments),) = calls[0].items()
+        rest = calls[1:]
+        assert not check_reply(entry, render([{name: {**arguments, "unexpected_argument": 1}}, *rest])).valid
+        if arguments:
+            key = next(iter(arguments))
+            assert not check_reply(
+                entry, render([{name: {**arguments, key: retyped(arguments[key])}}, *rest])
+            ).valid
+        if category.endswith(("parallel", "parallel_multiple")):
+            assert len(calls) > 1 and not check_reply(entry, render(calls[:-1])).valid
+        checked += 1
+    assert checked >= 15
+
+
 def test_relevance_categories_score_calls_and_their_absence():
     for category in ("irrelevance", "live_irrelevance"):
         entries = load_category(category)
