@@ -4,7 +4,8 @@ Data: the question and possible-answer files of the ``bfcl-eval`` package (BFCL 
 dependencies by ``scripts/install.sh`` or ``python -m atroposlib.evals.bfcl install``). ``--env.bfcl_categories``
 chooses the categories (default: every single-turn one the AST checker scores: simple_python, multiple,
 parallel, parallel_multiple, irrelevance, live_simple, live_multiple, live_parallel, live_parallel_multiple,
-live_irrelevance, live_relevance; ``simple`` names simple_python). ``--env.dataset_path DIR`` reads a directory
+live_irrelevance, live_relevance; ``simple`` names simple_python; ``--env.bfcl_per_category_limit N`` keeps the first N entries of each).
+``--env.dataset_path DIR`` reads a directory
 in BFCL's own layout instead (``BFCL_v4_<category>.json`` and ``possible_answer/BFCL_v4_<category>.json``).
 
 Prompt: the functions, converted to JSON-schema tools as BFCL converts them for function-calling models, are
@@ -51,6 +52,9 @@ class BfclEvalConfig(EvalConfig):
         description="BFCL categories to evaluate (simple_python or simple, multiple, parallel, "
         "parallel_multiple, irrelevance, live_*)",
     )
+    bfcl_per_category_limit: Optional[int] = Field(
+        default=None, ge=1, description="Evaluate at most this many entries of each category."
+    )
     dataset_path: Optional[str] = Field(
         default=None, description="Directory in BFCL's layout, read instead of the installed bfcl-eval data."
     )
@@ -66,7 +70,8 @@ class BfclEvalEnv(EvalEnv):
 
     def load_rows(self) -> list[Row]:
         """One row per BFCL entry of the chosen categories (in their order)."""
-        entries = load_bfcl_items(self.config.bfcl_categories, self.config.dataset_path)
+        cfg = self.config
+        entries = load_bfcl_items(cfg.bfcl_categories, cfg.dataset_path, cfg.bfcl_per_category_limit)
         return [Row({"entry": entry}, entry.category, index) for index, entry in enumerate(entries)]
 
     def make_item(self, row: Row) -> EvalItem:

@@ -83,10 +83,11 @@ def test_tool_calling_server_evaluates_on_bfcl(scripted):
 def test_bfcl_eval_runs_as_a_script(scripted, tmp_path):
     """Run as ``python .../bfcl_eval.py``, the script's own name must not shadow the bfcl_eval package."""
     out = tmp_path / "script_evals"
-    args = ["--env.dataset_path", DATA, "--env.bfcl_categories", '["parallel_multiple"]',
-            "--env.data_dir_to_save_evals", out]  # fmt: skip
+    args = ["--env.dataset_path", DATA, "--env.bfcl_categories", '["simple", "irrelevance"]',
+            "--env.bfcl_per_category_limit", "1", "--env.data_dir_to_save_evals", out]  # fmt: skip
     scripted.command(BfclEvalEnv, "evaluate", args, respond, server_type=None)
-    assert json.loads((out / "metrics.json").read_text())["results"]["all"]["eval/accuracy"] == 1.0
+    metrics = json.loads((out / "metrics.json").read_text())["results"]["all"]
+    assert metrics["eval/num_items"] == 2 and metrics["eval/accuracy"] == 1.0  # the first entry of each
 
 
 async def test_unknown_category_is_one_line(tiny_model_dir):

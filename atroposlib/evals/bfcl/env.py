@@ -44,18 +44,24 @@ class BfclSettings(BaseModel):
     bfcl_data_dir: Optional[str] = Field(
         None, description="directory in BFCL's layout to read instead of the installed bfcl-eval data"
     )
+    bfcl_per_category_limit: Optional[int] = Field(
+        None, ge=1, description="evaluate at most this many entries of each BFCL category"
+    )
     bfcl_system_prompt: Optional[str] = Field(
         None, description="instructions before the declared tools (default: the environment's own)"
     )
 
 
-def load_bfcl_items(categories: Sequence[str], data_dir: Optional[str] = None) -> list[BfclItem]:
-    """The entries of ``categories`` (in that order) from ``data_dir`` or the installed package;
-    :class:`DatasetError` for an unknown category, a repeated one, or a bad file."""
+def load_bfcl_items(
+    categories: Sequence[str], data_dir: Optional[str] = None, per_category: Optional[int] = None
+) -> list[BfclItem]:
+    """The entries of ``categories`` (in that order) from ``data_dir`` or the installed package, the first
+    ``per_category`` of each when set; :class:`DatasetError` for an unknown category, a repeated one, or a bad
+    file."""
     names = [canonical_category(name) for name in categories]
     if len(set(names)) != len(names):
         raise DatasetError(f"BFCL: a category is listed twice in {list(categories)}")
-    return [item for category in names for item in load_category(category, data_dir)]
+    return [item for category in names for item in load_category(category, data_dir)[:per_category]]
 
 
 def bfcl_metrics(samples: Sequence[dict[str, Any]]) -> dict[str, float]:
