@@ -14,6 +14,12 @@ and answers in HLE's judge format: ``extracted_final_answer:``, ``reasoning:``, 
 ``correct: yes`` or ``correct: no`` is a judge failure (counted apart). A reply with no answer (empty, or a
 think block that never closes) is wrong, with confidence 100, without a judge.
 
+``--env.use_llm_judge false`` grades without a judge, by the original's string match: the answer after
+``Exact Answer:`` / ``Answer:`` (else an ``<answer>`` tag, else the last line), normalised (case folded
+unless ``case_sensitive``, end punctuation and extra spaces dropped), equal to the gold answer or, with
+``fuzzy_match``, containing it, contained in it or numerically equal; the confidence is read from the
+reply's ``Confidence:`` line (100 when absent).
+
 Reports: ``eval/accuracy`` with its standard error, ``eval/accuracy_ci95`` (HLE's 1.96 * sqrt(p(1-p)/n)),
 ``eval/calibration_error`` (HLE's RMS calibration error, in percent: items sorted by confidence, bins of
 ``calibration_bin_size`` with the remainder in the last bin), accuracy by category.
@@ -106,6 +112,45 @@ def calibration_error(confidences: Sequence[float], correct: Sequence[float], bi
     return 100 * math.sqrt(total)
 
 
+_ANSWER_LINE = re.compile(r"^\W*(?:exact\s+)?answer\W*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+
+
+def reply_answer(response: str) -> Optional[str]:
+    """The final answer a reply states: its last ``Exact Answer:`` / ``Answer:`` line, else its ``<answer>``
+    tag, else its last non-empty line."""
+    lines = _ANSWER_LINE.findall(response)
+    if lines:
+        return lines[-1].strip()
+    tagged = _ANSWER_TAG.search(response)
+    if tagged and tagged.group(1).strip():
+        return tagged.group(1).strip()
+    rest = [line.strip() for line in response.splitlines() if line.strip()]
+    return rest[-1] if rest else None
+
+
+def _normalised(text: str, case_sensitive: bool) -> str:
+    text = text.strip() if case_sensitive else text.strip().lower()
+    return " ".join(text.strip(".,;:!?\"'").split())
+
+
+def string_match(predicted: str, gold: str, fuzzy: bool = True, case_sensitive: bool = False) -> bool:
+    """The original's string grading (see the module docstring)."""
+    pred, want = _normalised(predicted, case_sensitive), _normalised(gold, case_sensitive)
+    if not pred:
+        return False
+    if pred == want:
+        return True
+    if not fuzzy:
+        return False
+    if want in pred or pred in want:
+        return True
+    try:
+        return abs(float(pred.replace(",", "")) - float(want.replace(",", ""))) < 1e-6
+    except ValueError:
+        return False
+
+
 class HLEEvalConfig(JudgedEvalConfig):
     """HLE's settings (the original's names)."""
 
@@ -114,6 +159,13 @@ class HLEEvalConfig(JudgedEvalConfig):
     eval_split: str = Field(default="test", description="Split to evaluate on.")
     judge_model_name: str = Field(default="o3-mini-2025-01-31", description="HLE's official judge model.")
     calibration_bin_size: int = Field(default=100, ge=1, description="Items per calibration bin (HLE: 100).")
+    use_llm_judge: bool = Field(
+        default=True, description="Grade with the judge (False: the original's string match)."
+    )
+    fuzzy_match: bool = Field(
+        default=True, description="String match: accept containment and numeric equality."
+    )
+    case_sensitive: bool = Field(default=False, description="String match: compare with case.")
 
 
 class HLEEvalEnv(JudgedEval):
@@ -139,10 +191,23 @@ class HLEEvalEnv(JudgedEval):
             fields={"question": question, "answer_type": data.get("answer_type")},
         )
 
+    def uses_judge(self) -> bool:
+        return self.config.use_llm_judge
+
     async def score(self, item: EvalItem, reply: Reply) -> Score:
         response = answer_text(reply)
         if response is None:
             return judged_score(0.0, [], method="no_answer", confidence=100.0)
+        if not self.config.use_llm_judge:
+            answer = reply_answer(response)
+            right = answer is not None and string_match(
+                answer, item.gold, self.config.fuzzy_match, self.config.case_sensitive
+            )
+            stated = _CONFIDENCE.search(response)
+            confidence = min(100.0, float(stated.group(1))) if stated else 100.0
+            return Score(
+                float(right), extracted=answer, method="string_match", fields={"confidence": confidence}
+            )
         prompt = JUDGE_PROMPT.format(
             question=item.fields["question"], response=response, correct_answer=item.gold
         )

@@ -7,7 +7,13 @@ import math
 
 import pytest
 
-from environments.eval_environments.hle_eval import HLEEvalEnv, calibration_error, parse_judgement
+from environments.eval_environments.hle_eval import (
+    HLEEvalEnv,
+    calibration_error,
+    parse_judgement,
+    reply_answer,
+    string_match,
+)
 from tests.helpers.cli_runs import FIXTURES
 from tests.helpers.judged_runs import judged_evaluation
 from tests.helpers.single_turn_runs import prompt_text
@@ -72,3 +78,24 @@ def test_hle_grades_with_the_official_judge_format(scripted):
     assert "Answer: {your chosen answer}" in by_id["h3"]["messages"][-1]["content"]
     assert "Exact Answer: {your succinct, final answer}" in by_id["h1"]["messages"][-1]["content"]
     assert by_id["h5"]["method"] == "no_answer" and "h6" not in by_id
+
+
+def test_string_match_mode_needs_no_judge(scripted):
+    run = scripted.evaluation(
+        HLEEvalEnv, ["--env.dataset_path", DATA, "--env.use_llm_judge", "false"], respond, server_type=None
+    )
+    m = run.metrics
+    # 4, B and 127 match; Sydney does not; the unclosed reply has no answer
+    assert m["eval/accuracy"] == pytest.approx(3 / 5) and "eval/unscored" not in m
+    by_id = {s["id"]: s for s in run.samples}
+    assert by_id["h4"]["extracted"] == "127" and by_id["h4"]["confidence"] == 99.0
+    assert by_id["h2"]["extracted"] == "Sydney" and by_id["h2"]["score"] == 0.0
+
+
+def test_string_match_rules():
+    assert string_match("42.0", "42") and string_match("The answer: Canberra.", "canberra")
+    assert not string_match("42.0", "42", fuzzy=False) and not string_match(
+        "canberra", "Canberra", case_sensitive=True
+    )
+    assert reply_answer("Explanation: x\nExact Answer: 7\nConfidence: 50%") == "7"
+    assert reply_answer("<answer>seven</answer>") == "seven" and reply_answer("so\nit is 7") == "it is 7"
