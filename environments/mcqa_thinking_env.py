@@ -29,7 +29,6 @@ Evaluation answers every evaluation item once and reports ``eval/percent_correct
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 import string
@@ -43,6 +42,7 @@ from atroposlib.envs.base import EvalHandlingEnum
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
+from atroposlib.evals.multiple_choice import seeded_order
 from atroposlib.utils.replies import answer_section, boxed_answers
 
 DEFAULT_DATASET = "cais/mmlu"
@@ -118,9 +118,7 @@ def row_to_item(row: dict[str, Any], index: int, source: str) -> MCQAItem:
 
 def shuffled(item: MCQAItem, seed: int) -> MCQAItem:
     """``item`` with its options in an order seeded by ``seed`` and the item's text; the answer follows."""
-    digest = hashlib.sha256("\n".join([str(seed), item.question, *item.choices]).encode()).digest()
-    order = list(range(len(item.choices)))
-    random.Random(int.from_bytes(digest[:8], "big")).shuffle(order)
+    order = seeded_order(len(item.choices), seed, "\n".join([item.question, *item.choices]))
     return replace(item, choices=tuple(item.choices[i] for i in order), answer=order.index(item.answer))
 
 
