@@ -53,6 +53,7 @@ _EXPORTS = {
     "Row": "data",
     "RowError": "data",
     "load_eval_rows": "data",
+    "known_subsets": "data",
     "EvalConfig": "env",
     "EvalEnv": "env",
     "Progress": "env",

@@ -78,6 +78,17 @@ class RowError(ValueError):
         self.field = field
 
 
+def known_subsets(
+    benchmark: str, chosen: Sequence[str], known: Sequence[str], what: str = "subsets"
+) -> tuple[str, ...]:
+    """``chosen`` as a tuple of configs to load, after checking each is one of ``known``; otherwise a one-line
+    :class:`DatasetError` naming the unknown ones and listing the known ones."""
+    unknown = [c for c in chosen if c not in known]
+    if unknown:
+        raise DatasetError(f"{benchmark}: unknown {what} {unknown} (known: {', '.join(known)})")
+    return tuple(chosen)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
@@ -158,4 +169,4 @@ def load_eval_rows(
     return out
 
 
-__all__ = ["HubSet", "Row", "RowError", "load_eval_rows"]
+__all__ = ["HubSet", "Row", "RowError", "known_subsets", "load_eval_rows"]

@@ -20,8 +20,16 @@ from typing import Optional
 
 from pydantic import Field
 
-from atroposlib.envs.data_loading import DatasetError
-from atroposlib.evals import EvalConfig, HubSet, MCQuestion, MultipleChoiceEval, Row, RowError, answer_index
+from atroposlib.evals import (
+    EvalConfig,
+    HubSet,
+    MCQuestion,
+    MultipleChoiceEval,
+    Row,
+    RowError,
+    answer_index,
+    known_subsets,
+)
 
 AGIEVAL_ENGLISH_SUBSETS = (
     "aqua-rat", "logiqa-en", "lsat-ar", "lsat-lr", "lsat-rc", "sat-en", "sat-en-without-passage", "sat-math",
@@ -57,10 +65,8 @@ class AGIEvalEnv(MultipleChoiceEval):
     def hub_set(self) -> HubSet:
         cfg = self.config
         subsets = cfg.subsets or (AGIEVAL_ENGLISH_SUBSETS if cfg.english_only else AGIEVAL_SUBSETS)
-        unknown = [s for s in subsets if s not in AGIEVAL_SUBSETS]
-        if unknown:
-            raise DatasetError(f"agieval: unknown subsets {unknown} (known: {', '.join(AGIEVAL_SUBSETS)})")
-        return HubSet(cfg.dataset_name, cfg.eval_split, tuple(subsets), subset_field="_subset")
+        exams = known_subsets("agieval", subsets, AGIEVAL_SUBSETS)
+        return HubSet(cfg.dataset_name, cfg.eval_split, exams, subset_field="_subset")
 
     def question(self, row: Row) -> MCQuestion:
         data = row.data

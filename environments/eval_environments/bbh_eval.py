@@ -19,7 +19,6 @@ from typing import Optional
 
 from pydantic import Field
 
-from atroposlib.envs.data_loading import DatasetError
 from atroposlib.evals import (
     EvalConfig,
     HubSet,
@@ -27,6 +26,7 @@ from atroposlib.evals import (
     MultipleChoiceEval,
     Row,
     answer_index,
+    known_subsets,
     option_labels,
 )
 
@@ -68,12 +68,7 @@ class BBHEvalEnv(MultipleChoiceEval):
 
     def hub_set(self) -> HubSet:
         subset = self.config.subset
-        if subset.lower() == "all":
-            tasks: tuple[Optional[str], ...] = BBH_SUBSETS
-        elif subset in BBH_SUBSETS:
-            tasks = (subset,)
-        else:
-            raise DatasetError(f"bbh: unknown subset {subset!r} (known: all, {', '.join(BBH_SUBSETS)})")
+        tasks = BBH_SUBSETS if subset.lower() == "all" else known_subsets("bbh", [subset], BBH_SUBSETS)
         return HubSet(self.config.dataset_name, self.config.eval_split, tasks, subset_field="_task")
 
     def question(self, row: Row) -> Optional[MCQuestion]:

@@ -25,7 +25,6 @@ from typing import Optional
 
 from pydantic import Field
 
-from atroposlib.envs.data_loading import DatasetError
 from atroposlib.evals import (
     EvalConfig,
     HubSet,
@@ -33,6 +32,7 @@ from atroposlib.evals import (
     MultipleChoiceEval,
     Row,
     answer_index,
+    known_subsets,
     load_eval_rows,
 )
 
@@ -93,15 +93,8 @@ class MMLUEvalEnv(MultipleChoiceEval):
         #: subject -> the answered examples of the few-shot split (filled by ``load_rows``)
         self.few_shot: dict[str, list[MCQuestion]] = {}
 
-    def selected_subjects(self) -> list[str]:
-        subjects = self.config.subjects or MMLU_SUBJECTS
-        unknown = [s for s in subjects if s not in CATEGORY_OF]
-        if unknown:
-            raise DatasetError(f"mmlu: unknown subjects {unknown} (known: {', '.join(MMLU_SUBJECTS)})")
-        return list(subjects)
-
     def hub_set(self, split: Optional[str] = None) -> HubSet:
-        subjects = tuple(self.selected_subjects())
+        subjects = known_subsets("mmlu", self.config.subjects or MMLU_SUBJECTS, MMLU_SUBJECTS, "subjects")
         return HubSet(
             self.config.dataset_name, split or self.config.eval_split, subjects, subset_field="subject"
         )

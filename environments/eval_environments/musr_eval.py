@@ -21,8 +21,16 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.data_loading import DatasetError
-from atroposlib.evals import EvalConfig, HubSet, MCQuestion, MultipleChoiceEval, Row, RowError, answer_index
+from atroposlib.evals import (
+    EvalConfig,
+    HubSet,
+    MCQuestion,
+    MultipleChoiceEval,
+    Row,
+    RowError,
+    answer_index,
+    known_subsets,
+)
 
 MUSR_SUBSETS = ("murder_mysteries", "object_placements", "team_allocation")
 
@@ -67,9 +75,7 @@ class MuSREvalEnv(MultipleChoiceEval):
 
     def hub_set(self) -> HubSet:
         subset = self.config.subset
-        if subset != "all" and subset not in MUSR_SUBSETS:
-            raise DatasetError(f"musr: unknown subset {subset!r} (known: all, {', '.join(MUSR_SUBSETS)})")
-        tasks = MUSR_SUBSETS if subset == "all" else (subset,)
+        tasks = MUSR_SUBSETS if subset == "all" else known_subsets("musr", [subset], MUSR_SUBSETS)
         # the tasks are the set's splits: each "config" is loaded as a split (see _hub_split)
         return HubSet(self.config.dataset_name, subset, tasks, subset_field="_task")
 
