@@ -22,6 +22,7 @@ reasoning never closes has failed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Optional, TypeVar
 
 from pydantic import BaseModel, Field
+from tenacity import AsyncRetrying, stop_after_attempt, wait_random_exponential
 
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from atroposlib.envs.server_handling.server_manager import ServerManager
@@ -62,6 +64,13 @@ class JudgeSettings(BaseModel):
     judge_max_tokens: int = Field(
         0, ge=0, description="token budget of one judgement (0: the judge server's default)"
     )
+    judge_max_retries: int = Field(3, ge=1, description="attempts per judge request that raises an error")
+    judge_retry_multiplier: float = Field(
+        1.0, ge=0.0, description="backoff between attempts: a random wait up to multiplier * 2**attempt s"
+    )
+    judge_retry_max_wait: float = Field(10.0, ge=0.0, description="longest wait between attempts, seconds")
+    judge_max_concurrent_calls: int = Field(64, ge=1, description="judge requests in flight at most")
+    judge_rate_limit_delay: float = Field(0.0, ge=0.0, description="seconds waited before each judge request")
 
 
 def judge_server_config(settings: Any, cli_configs: Any = None) -> Any:
@@ -154,10 +163,26 @@ class Judge:
     concurrency limits.
     """
 
-    def __init__(self, server: Any, *, temperature: float = 0.0, max_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        server: Any,
+        *,
+        temperature: float = 0.0,
+        max_tokens: int = 0,
+        max_attempts: int = 1,
+        retry_multiplier: float = 1.0,
+        retry_max_wait: float = 10.0,
+        max_concurrent: Optional[int] = None,
+        delay_s: float = 0.0,
+    ) -> None:
         self.server = server
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.max_attempts = max(1, max_attempts)
+        self.retry_multiplier = retry_multiplier
+        self.retry_max_wait = retry_max_wait
+        self.delay_s = delay_s
+        self._slots = asyncio.Semaphore(max_concurrent) if max_concurrent else None
 
     @classmethod
     def from_settings(cls, settings: Any, cli_configs: Any = None, *, testing: bool = False) -> Judge:
@@ -168,10 +193,14 @@ class Judge:
             ServerManager(configs, slurm=False, testing=testing),
             temperature=settings.judge_temperature,
             max_tokens=settings.judge_max_tokens,
+            max_attempts=settings.judge_max_retries,
+            retry_multiplier=settings.judge_retry_multiplier,
+            retry_max_wait=settings.judge_retry_max_wait,
+            max_concurrent=settings.judge_max_concurrent_calls,
+            delay_s=settings.judge_rate_limit_delay,
         )
 
-    async def ask(self, messages: Messages) -> str:
-        """The judge's reply text to ``messages`` (exceptions of the server client propagate)."""
+    async def _request(self, messages: Messages) -> str:
         kwargs: dict[str, Any] = {
             "messages": messages,
             "n": 1,
@@ -180,8 +209,25 @@ class Judge:
         }
         if self.max_tokens > 0:
             kwargs["max_tokens"] = self.max_tokens
-        completion = await self.server.chat_completion(**kwargs)
+        async with self._slots or contextlib.nullcontext():
+            if self.delay_s > 0:
+                await asyncio.sleep(self.delay_s)
+            completion = await self.server.chat_completion(**kwargs)
         return completion.choices[0].message.content or ""
+
+    async def ask(self, messages: Messages) -> str:
+        """The judge's reply text to ``messages``: a request that raises is sent again, ``max_attempts`` times
+        in all, after a random exponential wait (``retry_multiplier``, at most ``retry_max_wait`` s); the last
+        error propagates."""
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_attempts),
+            wait=wait_random_exponential(multiplier=self.retry_multiplier, max=self.retry_max_wait),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self._request(messages)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
 
     async def grade(self, messages: Messages, parse: Callable[[str], Optional[T]]) -> Judgement[T]:
         """Ask once and ``parse`` the reply (after its think block); an unparseable reply, or a request

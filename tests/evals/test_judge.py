@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from types import SimpleNamespace
+
 import pytest
 
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
@@ -121,3 +125,40 @@ def test_a_suite_gives_judge_flags_only_to_judged_benchmarks(tmp_path):
     plain = command_args(MMLUEvalEnv, flags, tmp_path / "mmlu", restart=False)
     assert "--judge.base_url" in judged and "--judge.base_url" not in plain
     assert "--openai.model_name" in judged and "--openai.model_name" in plain
+
+
+class FlakyServer:
+    """Fails its first ``failures`` requests, then answers "A wins"; records the most requests in flight."""
+
+    def __init__(self, failures: int = 0):
+        self.failures, self.calls, self.in_flight, self.most = failures, 0, 0, 0
+
+    async def chat_completion(self, **kwargs):
+        self.calls += 1
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        if self.calls <= self.failures:
+            raise ConnectionError("flaky")
+        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="A wins"))])
+
+
+async def test_retries_concurrency_and_delay():
+    flaky = FlakyServer(failures=2)
+    judge = Judge(flaky, max_attempts=3, retry_multiplier=0.0)
+    assert (await judge.grade([{"role": "user", "content": "q"}], verdict)).value == 1.0 and flaky.calls == 3
+    down = FlakyServer(failures=5)
+    failed = await Judge(down, max_attempts=2, retry_multiplier=0.0).grade(
+        [{"role": "user", "content": "q"}], verdict
+    )
+    assert failed.failed and failed.error == "ConnectionError: flaky" and down.calls == 2
+    busy = FlakyServer()
+    limited = Judge(busy, max_concurrent=2, delay_s=0.02)
+    start = time.monotonic()
+    await asyncio.gather(*(limited.grade([{"role": "user", "content": str(i)}], verdict) for i in range(6)))
+    assert busy.most == 2 and time.monotonic() - start >= 3 * 0.02
+    settings = JudgeSettings(judge_max_retries=5, judge_max_concurrent_calls=3, judge_rate_limit_delay=0.5)
+    built = Judge.from_settings(settings, [APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="j")])
+    assert (built.max_attempts, built.delay_s, built._slots._value) == (5, 0.5, 3)
+    await built.close()
