@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def split_flags(extra: Sequence[str]) -> dict[str, str]:
-    """``--env.FIELD VALUE`` / ``--openai.FIELD=VALUE`` pairs as ``{"env.FIELD": VALUE}``.
+    """``--env.FIELD VALUE`` / ``--openai.FIELD=VALUE`` / ``--judge.FIELD VALUE`` pairs as ``{"env.FIELD": VALUE}``.
 
     Raises :class:`ToolError` (exit 2) for anything else.
     """
@@ -80,10 +80,12 @@ def split_flags(extra: Sequence[str]) -> dict[str, str]:
     items = list(extra)
     while items:
         token = items.pop(0)
-        match = re.fullmatch(r"--((?:env|openai)\.[A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?", token, re.DOTALL)
+        match = re.fullmatch(r"--((?:env|openai|judge)\.[A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?", token, re.DOTALL)
         if match is None:
             raise ToolError(
-                f"unrecognized argument {token!r} (flags are --env.FIELD VALUE or --openai.FIELD VALUE)", 2
+                f"unrecognized argument {token!r} (flags are --env.FIELD VALUE, --openai.FIELD VALUE or, for "
+                "the judged benchmarks, --judge.FIELD VALUE)",
+                2,
             )
         if match.group(2) is not None:
             flags[match.group(1)] = match.group(2)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
@@ -11,7 +15,8 @@ import pytest
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from atroposlib.evals.judge import Judge, JudgeError, JudgeSettings, failure_metrics, judge_server_config
 from atroposlib.testing.scripted_server import launch_scripted_server
-from tests.helpers.single_turn_runs import prompt_text
+from tests.helpers.cli_runs import FIXTURES, REPO_ROOT
+from tests.helpers.single_turn_runs import OFFLINE, prompt_text
 
 
 def verdict(text: str):
@@ -162,3 +167,25 @@ async def test_retries_concurrency_and_delay():
     built = Judge.from_settings(settings, [APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="j")])
     assert (built.max_attempts, built.delay_s, built._slots._value) == (5, 0.5, 3)
     await built.close()
+
+
+def test_a_suite_with_a_judged_benchmark_sends_the_judge_flags_to_it(tmp_path):
+    """``atropos-eval simpleqa mmlu --judge.base_url ...``: SimpleQA asks the judge, MMLU runs as usual."""
+    policy = launch_scripted_server(respond=lambda prompt, index: "<think>ok</think><answer>A</answer>")
+    judge = launch_scripted_server(respond=lambda prompt, index: "A")
+    with policy as model, judge as grader:
+        args = [sys.executable, "-m", "atroposlib.cli.eval_suite", "simpleqa", "mmlu", "--base-url", model.base_url,
+                "--model", "m", "--evals-dir", str(REPO_ROOT / "environments" / "eval_environments"),
+                "--data-dir", str(FIXTURES / "evals"), "--output-dir", str(tmp_path / "out"),
+                "--judge.base_url", grader.base_url, "--judge.model_name", "j", "--env.retry_delay", "0"]  # fmt: skip
+        run = subprocess.run(args, cwd=tmp_path, env={**os.environ, **OFFLINE}, capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+        graded = len(grader.requests)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {
+        row["benchmark"]: row for row in json.loads((tmp_path / "out" / "results.json").read_text())["rows"]
+    }
+    assert (
+        rows["simpleqa"]["metrics"]["f_score"] == 1.0 and rows["simpleqa"]["metrics"]["judge_failures"] == 0
+    )
+    assert rows["mmlu"]["status"] == "ok" and graded == 6  # one judgement per SimpleQA item
