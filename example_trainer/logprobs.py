@@ -51,7 +51,9 @@ VARLEN_ATTENTION = frozenset({"flash_attention_2", "flash_attention_3", "kernels
 
 def inner_model(model: Any) -> Any:
     """The module under a DistributedDataParallel wrapper (FSDP2 and PEFT wrap in place or pass through)."""
-    return getattr(model, "module", model)
+    from torch.nn.parallel import DistributedDataParallel
+
+    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 def plain_output_head(model: Any) -> torch.nn.Linear | None:
