@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server.py"
-MODES = ("none-reload", "none-broadcast", "shared_vllm", "lora_only")
+MODES = ("shared_vllm", "none-broadcast", "lora_only", "none-reload")
 #: Qwen2.5-0.5B's architecture (its config.json), built locally with random weights.
 QWEN25_05B = {
     "architectures": ["Qwen2ForCausalLM"], "hidden_size": 896, "intermediate_size": 4864,
@@ -70,14 +70,17 @@ class DeviceCheckConfig(BaseModel):
     batch_size: int = Field(64, ge=2, description="sequences per optimizer step")
     micro_batch: int = Field(16, ge=1, description="sequences per micro-batch")
     lr: float = Field(2e-6, gt=0)
-    sft_steps: int = Field(60, ge=0, description="supervised warm-start steps")
+    sft_steps: int = Field(100, ge=0, description="supervised warm-start steps")
     sft_lr: float = Field(3e-4, gt=0)
     max_answer_tokens: int = Field(8, ge=1)
     tolerance: float | None = Field(
         None, gt=0, description="largest logprob difference (default 1e-4; cpu 1e-5)"
     )
     run_dir: str | None = Field(None, description="default runs/device-check-<time>")
-    mode_timeout: float = Field(600.0, gt=0, description="seconds per mode before it counts as failed")
+    mode_timeout: float = Field(300.0, gt=0, description="seconds per mode before it counts as failed")
+    time_budget: float = Field(
+        540.0, gt=0, description="seconds for the whole check: a mode is not started with under 30 s left"
+    )
     seed: int = 0
 
 
@@ -175,11 +178,13 @@ def warm_start(model: Any, tokenizer: Any, cfg: DeviceCheckConfig) -> list[float
 class SyncCheck:
     """The trainer's sync hook: server logprobs vs the model's, timing and device memory after each refresh."""
 
-    def __init__(self, prompt_ids: list[int], device: str) -> None:
+    def __init__(self, prompt_ids: list[int], device: str, save_path: Path) -> None:
         self.prompt = prompt_ids
         self.device = device
+        self.save_path = save_path
         self.times: list[float] = []
         self.diffs: list[float] = []
+        self.first_logprobs: list[float] = []
         self.device_peak = 0
 
     def __call__(self, step: int, model: Any, urls: list[str]) -> dict[str, float]:
@@ -201,6 +206,12 @@ class SyncCheck:
         mine = [float(logp[len(self.prompt) - 1 + i, t]) for i, t in enumerate(ids)]
         diff = max(abs(a - b) for a, b in zip(mine, served, strict=True))
         self.diffs.append(diff)
+        self.first_logprobs.append(served[0])
+        # The server has loaded the newest checkpoint: older ones only fill the disk (a 0.5B model with
+        # its optimizer state is 6 GB a step in the modes that refresh from checkpoints).
+        olds = sorted(self.save_path.glob("step_*"), key=lambda p: int(p.name.split("_")[-1]))[:-1]
+        for old in olds:
+            shutil.rmtree(old, ignore_errors=True)
         self.times.append(time.perf_counter())
         if self.device.startswith("cuda"):
             free, total = torch.cuda.mem_get_info()
@@ -239,7 +250,9 @@ def env_command(cfg: DeviceCheckConfig, model_dir: Path, api_url: str, port: int
     ]  # fmt: skip
 
 
-def run_mode(cfg: DeviceCheckConfig, mode: str, model_dir: Path, backend: str, root: Path) -> dict[str, Any]:
+def run_mode(
+    cfg: DeviceCheckConfig, mode: str, model_dir: Path, backend: str, root: Path, deadline: float
+) -> dict[str, Any]:
     """Train ``cfg.steps`` steps in ``mode``; returns its summary (``ok`` False with ``error`` on failure)."""
     import torch
     from transformers import AutoTokenizer
@@ -254,12 +267,13 @@ def run_mode(cfg: DeviceCheckConfig, mode: str, model_dir: Path, backend: str, r
     shutil.rmtree(run, ignore_errors=True)
     (run / "logs").mkdir(parents=True)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    check = SyncCheck(chat_prompt_ids(tokenizer, [{"role": "user", "content": PROMPT_TEXT}]), cfg.device)
+    prompt = chat_prompt_ids(tokenizer, [{"role": "user", "content": PROMPT_TEXT}])
+    check = SyncCheck(prompt, cfg.device, run / "ckpt")
     port = free_port()
     summary: dict[str, Any] = {"mode": mode, "backend": backend, "ok": False}
     env_proc: ServiceProcess | None = None
     stop = threading.Event()
-    deadline = time.monotonic() + cfg.mode_timeout
+    deadline = min(deadline, time.monotonic() + cfg.mode_timeout)
     if cfg.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     with launch_api(data_dir=run / "api") as api:
@@ -318,6 +332,8 @@ def run_mode(cfg: DeviceCheckConfig, mode: str, model_dir: Path, backend: str, r
     ]
     summary["reward_first_last"] = [rewards[0], rewards[-1]] if rewards else None
     summary["checks"] = len(check.diffs)
+    firsts = check.first_logprobs
+    summary["served_logprob_change"] = max(firsts) - min(firsts) if firsts else None
     summary["logprob_max_abs_diff"] = max(check.diffs) if check.diffs else None
     if cfg.device.startswith("cuda"):
         summary["trainer_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -339,7 +355,8 @@ def format_line(s: dict[str, Any]) -> str:
     line = (
         f"{s['mode']:<15} {'ok' if s['ok'] else 'FAILED':<6} steps/s {num('steps_per_s', '.2f')}  "
         f"trainer tok/s {num('trainer_tokens_per_s', '.0f')}  refresh {num('refresh_s_mean', '.3f')} s  "
-        f"max |dlogp| {num('logprob_max_abs_diff', '.1e')} ({s.get('checks', 0)} checks)"
+        f"max |dlogp| {num('logprob_max_abs_diff', '.1e')} ({s.get('checks', 0)} checks; served logprob "
+        f"moved {num('served_logprob_change', '.1e')})  reward {s.get('reward_first_last')}"
     )
     if "trainer_peak_gib" in s:
         line += f"  peak GPU: trainer {num('trainer_peak_gib', '.2f')} GiB, device {num('device_peak_gib', '.2f')} GiB"
@@ -378,11 +395,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"device check on {card}; torch {torch.__version__}; run directory {root}", flush=True)
     if note:
         print(f"NOTE: {note}", flush=True)
+    deadline = time.monotonic() + cfg.time_budget
     model_dir = build_model(cfg, root / "model")
     summaries = []
     for mode in cfg.modes:
+        if time.monotonic() > deadline - 30:
+            summaries.append({"mode": mode, "ok": False, "error": "not run: the time budget is spent"})
+            print(format_line(summaries[-1]), flush=True)
+            continue
         print(f"--- {mode} ({cfg.steps} steps, {backend} inference server)", flush=True)
-        summary = run_mode(cfg, mode, model_dir, backend, root)
+        summary = run_mode(cfg, mode, model_dir, backend, root, deadline)
         summaries.append(summary)
         print(format_line(summary), flush=True)
     (root / "summary.json").write_text(
