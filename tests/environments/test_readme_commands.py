@@ -36,6 +36,7 @@ from tests.helpers.cli_runs import (
 )
 from tests.helpers.multi_turn_runs import episode_responder, take_action, tool_call
 from tests.helpers.single_turn_runs import OFFLINE
+from tests.helpers.tool_replay import replayer
 
 README = REPO_ROOT / "environments" / "README.md"
 _COMMAND = re.compile(r"`(python environments/[^`]+)`\s*\|\s*$")
@@ -115,14 +116,31 @@ def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[
     if name == "multimodal_counting_server.py":
         counting = _test_module("test_env_multimodal_counting")
         return counting.answering_responder(counting.CountingEnvConfig(), range(0, 50))
+    if name.startswith("multimodal_dpo/"):
+        vision = _test_module("test_env_multimodal_dpo")
+        env_cls = next(c for c in vision.ALL if Path(vision.inspect.getfile(c)).name == Path(name).name)
+        data_file = REPO_ROOT / args[args.index("--env.dataset_path") + 1]
+        return vision._responder(env_cls, data_file, lambda index, row: index % 2 == 0)
     if name == "game_environments/blackjack_env.py":
         return _games(lambda k: [take_action("stick")] if k == 0 else ["I fold."])
     if name == "game_environments/taxi_env.py":
         return _games(lambda k: [take_action("south")] if k == 0 else ["I will wait here."])
     if name == "game_environments/textworld_env.py":
         return _games(lambda k: [take_action("look", "command")] if k == 0 else ["Let me think."])
-    if name in ("tool_use_multiturn_server.py", "tool_use_python_math_server.py"):
+    if name == "tool_use_python_math_server.py":
         return _tool_use_responder()
+    if name in ("tool_use_multiturn_server.py", "tool_use_turnlevel_advantage_server.py"):
+        return replayer(read_jsonl(FIXTURES / "tool_use_multiturn_sample.jsonl")[:2])
+    if name == "tool_use_interleaved_thinking.py":
+        return _test_module("test_env_tool_use_interleaved_thinking")._golden_responder()
+    if name == "deep_research_env.py":
+        research = _test_module("test_env_deep_research")
+        return research._researcher(research.GOLDS)
+    if name == "t1_tool_planning/t1_env.py":
+        return _test_module("test_env_t1_tool_planning")._planner()
+    if name == "mcp_env.py":
+        mcp = _test_module("test_env_mcp")
+        return mcp._caller(mcp.ROWS)
     pytest.fail(
         f"environments/README.md runs {script}, which tests/environments/{Path(__file__).name} has no responder for"
     )
