@@ -3,7 +3,8 @@
 into one static HTML page.
 
 Each input line is an object with ``messages`` and ``scores``. Every group becomes a collapsible
-``<details>`` section; every item shows its markdown-rendered messages and its reward, coloured by sign.
+``<details>`` section; every item shows its pictures (the group's ``images``: base64 or data URIs), its
+markdown-rendered messages and its reward, coloured by sign.
 
 Command line: ``python -m atroposlib.frontend.jsonl2html INPUT.jsonl [OUTPUT.html]``.
 """
@@ -86,6 +87,22 @@ def message_to_markdown(message: Any) -> str:
     return str(message)
 
 
+def _image_sources(images: Any) -> list[str]:
+    """``src`` values of one sequence's pictures: base64 strings become PNG data URIs, data URIs and URLs
+    stay as they are, anything else is left out."""
+    if images is None:
+        return []
+    if not isinstance(images, list):
+        images = [images]
+    sources = []
+    for image in images:
+        if isinstance(image, str) and image.startswith(("data:image/", "http://", "https://")):
+            sources.append(image)
+        elif isinstance(image, str) and image:
+            sources.append(f"data:image/png;base64,{image}")
+    return sources
+
+
 def create_html_for_group(group_data: dict, index: int) -> str:
     """HTML of one group (``<details>`` with one ``div.item`` per message/score pair), or ``""`` when the
     group has no items. On a messages/scores length mismatch both are cut to the shorter (with a warning)."""
@@ -99,12 +116,18 @@ def create_html_for_group(group_data: dict, index: int) -> str:
         shortest = min(len(messages), len(scores))
         messages, scores = messages[:shortest], scores[:shortest]
 
+    images = group_data.get("images") or []
     items = []
     for i, (message, score) in enumerate(zip(messages, scores, strict=False)):
         rendered = markdown.markdown(message_to_markdown(message), extensions=MARKDOWN_EXTENSIONS)
+        pictures = "".join(
+            f'<img class="item-image" alt="image {i}" style="max-width:320px" src="{html.escape(src)}">\n'
+            for src in _image_sources(images[i] if i < len(images) else None)
+        )
         items.append(
             f'<div class="item {get_score_class(score)}" id="group-{index}-item-{i}">\n'
             f"<h4>Content {i}</h4>\n"
+            f"{pictures}"
             f'<div class="content-block">\n{rendered}\n</div>\n'
             f"<p><strong>Reward:</strong> {html.escape(str(score))}</p>\n"
             f"</div>\n"

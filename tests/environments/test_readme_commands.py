@@ -14,6 +14,7 @@ a row without one fails with a line that says so.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import itertools
 import json
 import os
@@ -118,7 +119,7 @@ def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[
         return counting.answering_responder(counting.CountingEnvConfig(), range(0, 50))
     if name.startswith("multimodal_dpo/"):
         vision = _test_module("test_env_multimodal_dpo")
-        env_cls = next(c for c in vision.ALL if Path(vision.inspect.getfile(c)).name == Path(name).name)
+        env_cls = next(c for c in vision.ALL if Path(inspect.getfile(c)).name == Path(name).name)
         data_file = REPO_ROOT / args[args.index("--env.dataset_path") + 1]
         return vision._responder(env_cls, data_file, lambda index, row: index % 2 == 0)
     if name == "game_environments/blackjack_env.py":
