@@ -274,3 +274,21 @@ def test_installing_bfcl_leaves_the_environment_as_it_was(tmp_path):
     assert json.loads(versions) == {name: metadata.version(name) for name in GUARDED}
     assert location.startswith(str(venv))  # the venv's own copy was the one installed and used
     assert metadata.version("numpy") != "1.26.4"
+
+
+def test_the_checker_leaves_bfcls_own_model_table_alone(monkeypatch):
+    """A model table already imported (BFCL's own, here an empty stand-in) is neither used nor replaced."""
+    import types
+
+    from atroposlib.evals.bfcl import checker
+
+    table = types.ModuleType("bfcl_eval.constants.model_config")
+    table.MODEL_CONFIG_MAPPING = {}
+    monkeypatch.setitem(sys.modules, "bfcl_eval.constants.model_config", table)
+    checker.ast_checker.cache_clear()
+    try:
+        entry = item("parallel", "parallel_0")  # spotify.play: the checker looks the model up in its table
+        assert check_reply(entry, reference_reply(entry)).valid
+        assert sys.modules["bfcl_eval.constants.model_config"] is table and table.MODEL_CONFIG_MAPPING == {}
+    finally:
+        checker.ast_checker.cache_clear()

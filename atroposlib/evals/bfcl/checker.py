@@ -14,21 +14,23 @@ integer parameter given ``5.0`` is wrong, as on the leaderboard).
   calls cannot be decoded makes none); ``live_relevance``: right when it makes at least one.
 
 ``ast_checker`` imports BFCL's model table only to learn whether a model's tool names had their dots
-replaced; that table imports every vendor SDK. It is given, while the checker is imported, a table
-that answers "yes" for every model (the prompt replaces dots, see
+replaced; that table imports every vendor SDK. A private copy of the checker module is loaded with, while
+it loads, a table that answers "yes" for every model (the prompt replaces dots, see
 :mod:`atroposlib.evals.bfcl.prompt`); nothing else of ``bfcl_eval`` is replaced.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
-from atroposlib.evals.bfcl.data import AST_CATEGORIES, BfclItem, bfcl_package
+from atroposlib.evals.bfcl.data import AST_CATEGORIES, BfclItem, BfclUnavailable, bfcl_package
 from atroposlib.evals.bfcl.prompt import tool_name
 from atroposlib.utils.replies import answer_section
 from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
@@ -52,15 +54,20 @@ class _AnyModel(dict):
 
 @functools.cache
 def ast_checker() -> Callable[..., dict[str, Any]]:
-    """``bfcl_eval.eval_checker.ast_eval.ast_checker.ast_checker`` (imported once; see the module
-    docstring); :class:`BfclUnavailable` when ``bfcl-eval`` is not installed."""
+    """``ast_checker`` of ``bfcl_eval/eval_checker/ast_eval/ast_checker.py``, loaded once as a private copy
+    (so a copy someone else imported with BFCL's real model table is neither used nor changed; see the
+    module docstring). :class:`BfclUnavailable` when ``bfcl-eval`` is not installed."""
+    source = Path(list(bfcl_package().__path__)[0]) / "eval_checker" / "ast_eval" / "ast_checker.py"
+    spec = importlib.util.spec_from_file_location(f"{__name__}._bfcl_ast_checker", source)
+    if spec is None or spec.loader is None:
+        raise BfclUnavailable(f"{source}: BFCL's AST checker is missing from the installed bfcl-eval")
+    module = importlib.util.module_from_spec(spec)
     stand_in = types.ModuleType(_MODEL_TABLE)
     stand_in.MODEL_CONFIG_MAPPING = _AnyModel()  # type: ignore[attr-defined]
-    bfcl_package()
     previous = sys.modules.get(_MODEL_TABLE)
     sys.modules[_MODEL_TABLE] = stand_in
     try:
-        from bfcl_eval.eval_checker.ast_eval import ast_checker as module
+        spec.loader.exec_module(module)
     finally:
         if previous is None:
             sys.modules.pop(_MODEL_TABLE, None)
