@@ -155,3 +155,17 @@ def test_restart_and_bad_names(tiny_model_dir, tmp_path):
         "atropos-eval: error: unknown benchmark or suite 'nope'"
     )
     assert "Traceback" not in bad.stderr
+
+
+def test_a_down_server_fails_one_row_and_skips_the_rest(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "atroposlib.cli.eval_suite", *BENCHMARKS, "--base-url", "http://127.0.0.1:9/v1",
+         "--model", "m", "--evals-dir", str(EVALS), "--data-dir", str(DATA), "--output-dir", str(tmp_path / "out"),
+         "--env.server_unavailable_timeout", "1", "--env.max_retries", "1"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, **OFFLINE}, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    rows = json.loads((tmp_path / "out" / "results.json").read_text())["rows"]
+    assert "ServerUnavailableError" in rows[0]["error"]
+    assert [r["error"] for r in rows[1:]] == ["not run: the inference server is unavailable"] * 2
+    assert "| mmlu |" in (tmp_path / "out" / "results.md").read_text()
