@@ -100,7 +100,7 @@ def _phrase_named(kind: _Kind, section: str, labels: Sequence[str]) -> set[str]:
     """Options named by answer phrases ("Answer: B", "the answer is (B)", "Answer: A or B"); a token that is
     no option ("Answer: I think B") is a word, not an answer."""
     phrase = re.compile(
-        rf"\banswer\b(?:\s+is)?\s*(?::|\bis\b)?\s*[*_]*\s*\(?({kind.phrase_token})\)?{_NOT_WORD}(?=[*_]*([^\n]*))",
+        rf"\banswer\b[*_]*(?:\s+is)?\s*(?::|\bis\b)?\s*[*_]*\s*\(?({kind.phrase_token})\)?{_NOT_WORD}(?=[*_]*([^\n]*))",
         re.IGNORECASE if kind.fold == "lower" else 0,
     )
     phrase_ci = re.compile(r"(?i)answer")  # "Answer"/"answer"/"ANSWER" all count

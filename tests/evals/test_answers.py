@@ -21,6 +21,7 @@ CHOICES = ["Mars", "Jupiter", "Venus", "Mercury"]
         ("Answer: B", "B", "answer_phrase"),
         ("The answer is (B).", "B", "answer_phrase"),
         ("Final Answer: **B**", "B", "answer_phrase"),
+        ("**Answer**: B", "B", "answer_phrase"),
         ("Answer: B. Option A is wrong because...", "B", "answer_phrase"),
         ("the answer is a close call. Answer: B", "B", "answer_phrase"),  # "a" is an article
         ("<answer>B</answer> so \\boxed{B} and Answer: B", "B", "answer_tag"),  # one letter, three forms
