@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field
 
@@ -33,7 +33,7 @@ DEFAULT_CATEGORIES = list(CATEGORIES)
 class BfclSettings(BaseModel):
     """Config fields of an environment that can evaluate on BFCL."""
 
-    eval_benchmark: Optional[str] = Field(
+    eval_benchmark: Optional[Literal["bfcl"]] = Field(
         None, description="'bfcl': evaluate on the Berkeley Function Calling Leaderboard instead"
     )
     bfcl_categories: list[str] = Field(
@@ -80,11 +80,8 @@ class BfclEvaluation:
     bfcl_items: list[BfclItem]
 
     def bfcl_enabled(self) -> bool:
-        """Whether ``evaluate`` runs BFCL; :class:`DatasetError` for an unknown ``eval_benchmark``."""
-        benchmark = self.config.eval_benchmark  # type: ignore[attr-defined]
-        if benchmark not in (None, "bfcl"):
-            raise DatasetError(f"eval_benchmark={benchmark!r}: the only benchmark available here is 'bfcl'")
-        return benchmark == "bfcl"
+        """Whether ``evaluate`` runs BFCL."""
+        return self.config.eval_benchmark == "bfcl"  # type: ignore[attr-defined]
 
     def load_bfcl(self) -> None:
         """Read the BFCL entries when BFCL is the evaluation (call it from ``setup``, so a bad category or
