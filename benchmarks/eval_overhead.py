@@ -124,12 +124,11 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     from atroposlib.testing.scripted_server import launch_scripted_server
-    from atroposlib.testing.tiny_model import build_tiny_model
 
     results: dict = {"items": args.items, "concurrency": args.concurrency, "delay_s": args.delay}
     with (
         tempfile.TemporaryDirectory() as tmp,
-        launch_scripted_server(responses=[REPLY], tokenizer=build_tiny_model(), in_subprocess=True) as server,
+        launch_scripted_server(responses=[REPLY], in_subprocess=True) as server,
     ):
         data = write_items(Path(tmp), args.items)
         runs = {}
