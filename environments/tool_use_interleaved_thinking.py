@@ -106,9 +106,9 @@ class InterleavedSession:
         """Whether the reply so far has an open ``<think>`` block."""
         return THINK_OPEN in self.reply and THINK_CLOSE not in self.reply.split(THINK_OPEN, 1)[1]
 
-    async def respond_to_call(self) -> str:
-        """Run the call the reply ends in and return the text to insert (closing tag already in the reply)."""
-        block = self.reply.rsplit(CALL_OPEN, 1)[1].split(CALL_CLOSE, 1)[0]
+    async def respond_to_call(self, closing: str = "") -> str:
+        """Run the call the reply ends in (``closing`` completes its tag) and return the response text."""
+        block = (self.reply + closing).rsplit(CALL_OPEN, 1)[1].split(CALL_CLOSE, 1)[0]
         result = await run_tool_calls(
             f"{CALL_OPEN}{block}{CALL_CLOSE}", self.tools, self.config.tool_timeout_s
         )
@@ -141,18 +141,36 @@ class InterleavedThinkingEnv(PythonMathToolUseEnv):
     async def new_session(self, item: ToolUseItem, *, evaluation: bool = False) -> InterleavedSession:
         return InterleavedSession(item, self.tools, self.config)
 
-    async def _node(self, managed: Any) -> Any:
+    async def _nodes(self, managed: Any) -> list[Any]:
         fetch = getattr(managed, "fetch_state", None)
         if fetch is not None:
             await fetch()
-        nodes = managed.get_state().get("nodes", [])
-        if len(nodes) != 1:
-            raise EpisodeTrackingError(f"expected one tracked sequence for the turn, found {len(nodes)}")
-        if (nodes[0].metadata or {}).get("dummy_tokens"):
-            raise EpisodeTrackingError(
-                "the inference server returns no token ids: use server_type vllm or sglang"
-            )
-        return nodes[0]
+        return list(managed.get_state().get("nodes", []))
+
+    def _encode(self, text: str, special: bool = False) -> list[int]:
+        ids = self.tokenizer.encode(text, add_special_tokens=special)
+        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+
+    def _episode_from_text(
+        self, prompt: str, segments: list[tuple[str, bool, str]], messages: list, end_reason: str
+    ) -> Episode:
+        """A text-only endpoint's episode: the prompt and inserted text masked, the model's pieces trained,
+        all encoded with the environment's tokenizer (no sampling logprobs)."""
+        tokens = self._encode(prompt, special=True)
+        masks = [-100] * len(tokens)
+        turns = []
+        for text, trained, finish in segments:
+            ids = self._encode(text)
+            if trained:
+                turns.append(EpisodeTurn(text, finish, 0.0, len(tokens), len(tokens) + len(ids)))
+            tokens += ids
+            masks += ids if trained else [-100] * len(ids)
+        eos = self.tokenizer.eos_token_id
+        if end_reason == END_DONE and turns and eos is not None:  # the model closed its turn
+            tokens.append(eos)
+            masks.append(eos)
+            turns[-1].end += 1
+        return Episode(messages, tokens, masks, [], turns, end_reason)
 
     async def play(
         self, item: ToolUseItem, *, evaluation: bool = False
@@ -163,17 +181,20 @@ class InterleavedThinkingEnv(PythonMathToolUseEnv):
         sampling: dict[str, Any] = {"temperature": cfg.temperature, "top_p": cfg.top_p}
         if evaluation:
             sampling = {"temperature": cfg.eval_temperature, "split": "eval"}
-        text = self.tokenizer.apply_chat_template(
+        prompt = self.tokenizer.apply_chat_template(
             session.messages, tokenize=False, add_generation_prompt=True
         )
+        text = prompt
         turns: list[EpisodeTurn] = []
-        end_reason, node, generated = END_TURN_LIMIT, None, 0
+        segments: list[tuple[str, bool, str]] = []  # (text, the model's, finish) for text-only endpoints
+        end_reason, node, generated, text_only = END_TURN_LIMIT, None, 0, False
+        stop_ids = {self.tokenizer.eos_token_id, getattr(self.tokenizer, "pad_token_id", None)}
         try:
             async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
                 while True:
                     budget = cfg.max_tokens_per_turn - generated
                     room = cfg.max_token_length - (
-                        len(node.tokens) if node else len(self.tokenizer.encode(text))
+                        len(node.tokens) if node else len(self._encode(text, True))
                     )
                     if min(budget, room) < 1:
                         end_reason = END_LENGTH if budget < 1 else END_CONTEXT
@@ -182,24 +203,30 @@ class InterleavedThinkingEnv(PythonMathToolUseEnv):
                         prompt=text, n=1, max_tokens=min(budget, room), stop=[CALL_CLOSE], **sampling
                     )
                     choice = completion.choices[0]
-                    before = len(node.tokens) if node else 0
-                    node = await self._node(managed)
-                    start = max(
-                        before, len(node.tokens) - sum(1 for m in node.masked_tokens[before:] if m != -100)
-                    )
-                    piece = decode_reply(self.tokenizer, node.tokens[start:])
-                    generated += len(node.tokens) - start
+                    finish = choice.finish_reason or "stop"
+                    nodes = await self._nodes(managed)
+                    text_only = bool(nodes and (nodes[-1].metadata or {}).get("tokens_from_messages"))
+                    if text_only:  # no token ids from the endpoint: tokens are computed at the end
+                        piece, ended = choice.text or "", False
+                        generated += len(self._encode(piece))
+                        segments.append((piece, True, finish))
+                    else:
+                        if len(nodes) != 1:
+                            raise EpisodeTrackingError(f"expected one tracked sequence, found {len(nodes)}")
+                        before = len(node.tokens) if node else 0
+                        node = nodes[0]
+                        trained = sum(1 for m in node.masked_tokens[before:] if m != -100)
+                        start = max(before, len(node.tokens) - trained)
+                        piece = decode_reply(self.tokenizer, node.tokens[start:])
+                        generated += len(node.tokens) - start
+                        ended = node.tokens[-1] in stop_ids
+                        turns.append(EpisodeTurn(piece, finish, 0.0, start, len(node.tokens)))
                     session.reply += piece
                     text += choice.text or ""
-                    finish = choice.finish_reason or "stop"
-                    turns.append(EpisodeTurn(piece, finish, 0.0, start, len(node.tokens)))
                     if finish == "length":
                         end_reason = END_LENGTH
                         break
-                    stop_ids = {self.tokenizer.eos_token_id, getattr(self.tokenizer, "pad_token_id", None)}
-                    if node.tokens[-1] in stop_ids or not (
-                        _open_call(session.reply) or session.reply.endswith(CALL_CLOSE)
-                    ):
+                    if ended or not (_open_call(session.reply) or session.reply.endswith(CALL_CLOSE)):
                         end_reason = END_DONE  # the model ended its turn (an unclosed call is not run)
                         break
                     if not session.thinking():
@@ -210,23 +237,23 @@ class InterleavedThinkingEnv(PythonMathToolUseEnv):
                         end_reason = END_TURN_LIMIT
                         break
                     closing = CALL_CLOSE if _open_call(session.reply) else ""
-                    session.reply += closing
-                    inserted = closing + await session.respond_to_call()
-                    session.reply += inserted[len(closing) :]
+                    inserted = closing + await session.respond_to_call(closing)
+                    session.reply += inserted
                     text += inserted
+                    segments.append((inserted, False, ""))
         except EpisodeTrackingError as exc:
             logger.warning("%s: episode left out: %s", self.name, exc)
             return None
         messages = [*session.messages, {"role": "assistant", "content": session.reply}]
+        if text_only:
+            return session, self._episode_from_text(prompt, segments, messages, end_reason)
         if node is None:
             return session, Episode(messages, [], [], [], [], end_reason)
+        if (node.metadata or {}).get("dummy_tokens"):
+            logger.warning("%s: episode left out: the server returns no token ids", self.name)
+            return None
         episode = Episode(
-            messages=messages,
-            tokens=list(node.tokens),
-            masks=list(node.masked_tokens),
-            logprobs=list(node.logprobs),
-            turns=turns,
-            end_reason=end_reason,
+            messages, list(node.tokens), list(node.masked_tokens), list(node.logprobs), turns, end_reason
         )
         return session, episode
 

@@ -42,14 +42,15 @@ def segments_responder(scripts):
     return respond
 
 
-async def _play(tiny_model_dir, script, **overrides):
+async def _play(tiny_model_dir, script, server_type="vllm", **overrides):
     values = {"tokenizer_name": str(tiny_model_dir), "use_wandb": False, "dataset_path": str(SAMPLE),
               "max_tokens_per_turn": 512, "python_wall_seconds": 2.0, **overrides}  # fmt: skip
     with launch_scripted_server(respond=segments_responder([script]), tokenizer=tiny_model_dir) as server:
         env = InterleavedThinkingEnv(
             InterleavedThinkingConfig(**values),
-            APIServerConfig(base_url=server.base_url, model_name="m", server_type="vllm"),
+            APIServerConfig(base_url=server.base_url, model_name="m", server_type=server_type),
         )
+        env.server.tokens_from_messages = server_type == "openai"  # as process and evaluate set it
         await env.setup()
         session, episode = await env.play(ITEM)
     return env, session, episode
@@ -88,6 +89,18 @@ async def test_calls_in_the_thought_run_and_their_results_are_inserted_and_maske
     assert "tool_response" not in trained and "</tool_call>" not in trained
     masked = tokenizer.decode([t for t, m in zip(episode.tokens, episode.masks, strict=True) if m == -100])
     assert masked.count("</tool_response>") == 2 and masked.count("</tool_call>\n<tool_response>") == 2
+
+
+async def test_a_text_only_endpoint_gets_the_same_turn_with_tokens_computed_from_the_text(tiny_model_dir):
+    env, session, episode = await _play(tiny_model_dir, RIGHT, server_type="openai")
+    assert episode.end_reason == "done" and session.calls == 2 and env.score(session, episode) == 1.0
+    assert _responses(episode.messages[-1]["content"])[0] == {"name": "python", "content": "204\n"}
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    trained = tokenizer.decode([m for m in episode.masks if m != -100], skip_special_tokens=False)
+    assert trained == "".join(turn.reply for turn in episode.turns) + tokenizer.eos_token
+    assert "tool_response" not in trained and episode.logprobs == []
+    masked = tokenizer.decode([t for t, m in zip(episode.tokens, episode.masks, strict=True) if m == -100])
+    assert masked.count("</tool_call>\n<tool_response>") == 2
 
 
 async def test_bad_calls_in_the_thought_get_errors_and_the_thought_goes_on(tiny_model_dir):
