@@ -134,6 +134,8 @@ class EvalEnv(BaseEnv):
         self.items: list[EvalItem] = []
         #: progress factory ``(total, description) -> Progress``; the suite command replaces it
         self.progress: Callable[[int, str], Progress] = tqdm_progress
+        #: print the summary table after an evaluation (the suite command prints one table for all instead)
+        self.print_summary = True
         #: metrics of the last evaluation (flat ``eval/...`` keys) and its subtask breakdowns
         self.last_metrics: dict[str, float] = {}
         self.last_subtasks: dict[str, dict[str, float]] = {}
@@ -392,7 +394,8 @@ class EvalEnv(BaseEnv):
             logger.info("%s: %d items reused from %s", self.name, reused, journal.path if journal else "")
         self.last_metrics, self.last_subtasks = metrics, subtasks
         self._wandb_metrics = dict(metrics)
-        print(self.summary(metrics), flush=True)
+        if self.print_summary:
+            print(self.summary(metrics), flush=True)
         await self.evaluate_log(
             metrics,
             task_name=self.name,

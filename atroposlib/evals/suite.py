@@ -194,6 +194,7 @@ async def run_benchmark(
         env = construct_env(env_cls, resolved)
         if isinstance(env, EvalEnv):
             env.progress = progress
+            env.print_summary = False
         else:  # an environment with its own evaluate(): one step when it is done
             bar = progress(1, name)
         await env._run_evaluate()
