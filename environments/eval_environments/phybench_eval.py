@@ -87,8 +87,8 @@ class PHYBenchEvalConfig(EvalConfig):
     compute_eed_score: bool = Field(
         default=True, description="Score by the EED score (else accuracy by math_verify)."
     )
-    eed_timeout: float = Field(
-        default=20.0, gt=0, description="Seconds one EED score may run before it is 0."
+    math_check_timeout: float = Field(
+        default=20.0, gt=0, description="Seconds one EED score (or answer check) may run before it is 0."
     )
     max_math_workers: int = Field(
         default=64, ge=1, description="Most worker processes scoring answers (at most the CPU count, and 8)."
@@ -162,14 +162,14 @@ class PHYBenchEvalEnv(EvalEnv):
         fields: dict[str, Any] = {"answers": list(answers)} if hedge else {}
         if not self.config.compute_eed_score:
             if self._math is None:
-                self._math = MathScorer(workers=self._workers())
+                self._math = MathScorer(self.config.math_check_timeout, self._workers())
             math_verdict = await self._math.score(reply.text, item.gold)
             extracted = math_verdict.answer if math_verdict.reason in ("correct", "wrong") else None
             return Score(
                 float(math_verdict.correct), extracted=extracted, method=math_verdict.reason, fields=fields
             )
         if self._eed is None:
-            self._eed = EEDScorer(timeout_s=self.config.eed_timeout, workers=self._workers())
+            self._eed = EEDScorer(timeout_s=self.config.math_check_timeout, workers=self._workers())
         results = [await self._eed.score(item.gold, answer) for answer in answers]
         worst = min(results, key=lambda r: r.score)
         correct = all(r.equivalent for r in results)

@@ -23,6 +23,8 @@ DATA = FIXTURES / "evals"
 #: longer than the 64 tokens the runs allow: cut inside its reasoning, so it has no answer
 LONG = "<think>" + "Let me check every step of this once more, slowly. " * 40 + "</think>\\boxed{1}"
 ARGS = ["--env.eval_max_tokens", "64", "--env.retry_delay", "0"]
+#: a generous check limit: a loaded test machine must not turn a slow check into a wrong answer
+MATH_ARGS = [*ARGS, "--env.math_check_timeout", "60"]
 
 
 def responder(replies: dict[str, str | Sequence[str]]):
@@ -60,7 +62,7 @@ def test_gsm8k(scripted):
     }
     run = scripted.evaluation(
         GSM8KEvalEnv,
-        ["--env.dataset_path", DATA / "gsm8k.jsonl", *ARGS],
+        ["--env.dataset_path", DATA / "gsm8k.jsonl", *MATH_ARGS],
         responder(replies),
         server_type=None,
     )
@@ -103,7 +105,7 @@ MATH500_REPLIES = {
 def test_math500_with_subject_and_level_breakdowns(scripted):
     run = scripted.evaluation(
         MATH500EvalEnv,
-        ["--env.dataset_path", DATA / "math500.jsonl", "--env.custom_system_prompt", "Be brief.", *ARGS],
+        ["--env.dataset_path", DATA / "math500.jsonl", "--env.custom_system_prompt", "Be brief.", *MATH_ARGS],
         responder(MATH500_REPLIES),
         server_type=None,
     )
@@ -150,7 +152,10 @@ MATH_REPLIES = {
 
 def test_math_reads_a_per_subset_directory(scripted):
     run = scripted.evaluation(
-        MATHEvalEnv, ["--env.dataset_path", DATA / "math", *ARGS], responder(MATH_REPLIES), server_type=None
+        MATHEvalEnv,
+        ["--env.dataset_path", DATA / "math", *MATH_ARGS],
+        responder(MATH_REPLIES),
+        server_type=None,
     )
     m = run.metrics
     assert m["eval/num_items"] == 7 and m["eval/accuracy"] == pytest.approx(2 / 7)
@@ -193,7 +198,7 @@ def aime_respond(prompt, index):
 def test_aime_by_year_with_pass_at_k(scripted):
     run = scripted.evaluation(
         AIMEEvalEnv,
-        ["--env.dataset_path", DATA / "aime", "--env.pass_at_n_samples", "2", *ARGS],
+        ["--env.dataset_path", DATA / "aime", "--env.pass_at_n_samples", "2", *MATH_ARGS],
         aime_respond,
         server_type=None,
     )
@@ -239,7 +244,10 @@ def test_aimo(scripted):
         "eighth AIMO": "\\boxed{4} or \\boxed{5}",
     }
     run = scripted.evaluation(
-        AIMOEvalEnv, ["--env.dataset_path", DATA / "aimo.jsonl", *ARGS], responder(replies), server_type=None
+        AIMOEvalEnv,
+        ["--env.dataset_path", DATA / "aimo.jsonl", *MATH_ARGS],
+        responder(replies),
+        server_type=None,
     )
     m = run.metrics
     assert m["eval/accuracy"] == pytest.approx(2 / 8)
@@ -266,7 +274,7 @@ def test_olympiadbench(scripted):
     }
     run = scripted.evaluation(
         OlympiadBenchEvalEnv,
-        ["--env.dataset_path", DATA / "olympiadbench.jsonl", *ARGS],
+        ["--env.dataset_path", DATA / "olympiadbench.jsonl", *MATH_ARGS],
         responder(replies),
         server_type=None,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from environments.eval_environments.phybench_eval import PHYBenchEvalEnv
-from tests.eval_environments.test_math_evals import DATA, LONG, responder, stderr
+from tests.eval_environments.test_math_evals import DATA, LONG, MATH_ARGS, responder, stderr
 from tests.helpers.single_turn_runs import offline_env
 
 REPLIES = {
@@ -24,14 +24,7 @@ EED = {"1": 100.0, "2": 50.0, "3": 40.0, "4": 0.0, "5": 0.0, "6": 60 - 100 / 6, 
 def test_phybench_accuracy_and_eed_score(scripted):
     run = scripted.evaluation(
         PHYBenchEvalEnv,
-        [
-            "--env.dataset_path",
-            DATA / "phybench.jsonl",
-            "--env.eval_max_tokens",
-            "64",
-            "--env.retry_delay",
-            "0",
-        ],
+        ["--env.dataset_path", DATA / "phybench.jsonl", *MATH_ARGS],
         responder(REPLIES),
         server_type=None,
     )
@@ -79,8 +72,7 @@ async def test_tags_filter_max_samples_and_detailed_prompt(tiny_model_dir):
 def test_accuracy_without_the_eed_score(scripted):
     run = scripted.evaluation(
         PHYBenchEvalEnv,
-        ["--env.dataset_path", DATA / "phybench.jsonl", "--env.compute_eed_score", "false", "--env.eval_max_tokens",
-         "64", "--env.retry_delay", "0"],
+        ["--env.dataset_path", DATA / "phybench.jsonl", "--env.compute_eed_score", "false", *MATH_ARGS],
         responder(REPLIES),
         server_type=None,
     )  # fmt: skip
