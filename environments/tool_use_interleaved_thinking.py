@@ -15,8 +15,9 @@ reply scores 0; after ``max_tool_calls`` calls, a further call ends the episode.
 unknown tools, bad arguments, failing or slow tools get an error response and the thought goes on.
 
 Reward: 1 when the one ``\\boxed{}`` after the reasoning equals the gold answer (``math_verify``), else 0
-(also when the budget ``max_tokens_per_turn`` for the whole turn runs out). Needs a token-level server
-(``--openai.server_type vllm`` or ``sglang``).
+(also when the budget ``max_tokens_per_turn`` for the whole turn runs out). Training (``serve``) needs a
+token-level server (``--openai.server_type vllm`` or ``sglang``); ``process`` and ``evaluate`` also run
+against an OpenAI-type endpoint with a completions route, the turn's tokens then computed from its text.
 
 ``python environments/tool_use_interleaved_thinking.py {serve,process,evaluate} --openai.base_url ...``
 """
