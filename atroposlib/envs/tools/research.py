@@ -12,7 +12,8 @@ best first) and what one page says (:class:`Page`, or None for an unknown id). T
 :class:`SearchTool` and :class:`OpenTool` are the tools the model calls (see
 :mod:`atroposlib.envs.tools.base`). Both bound what reaches the model (``max_chars``) and run a blocking
 backend in a worker thread, so a slow or hanging backend never blocks the event loop and the caller's
-time limit applies. Every page id a search returned is remembered (:attr:`SearchTool.seen`) with its
+time limit applies (an async backend's call is cancelled at the limit; a blocking call that never returns
+keeps its worker thread, so a backend of network calls should set its own time-outs too). Every page id a search returned is remembered (:attr:`SearchTool.seen`) with its
 title, so citations can be checked against page titles whatever the backend.
 """
 
