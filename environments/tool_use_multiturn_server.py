@@ -20,6 +20,9 @@ skipped):
 * ``relevance`` - the first assistant turn makes no call (the tools cannot serve the request): the model
   must not call either, and earns a bonus for apologising or asking for the missing information.
 
+The system turn is the environment's instructions, the conversation's own system turn (its tools) and,
+except in ``relevance``, an example of a tool-calling reply.
+
 At most ``max_tool_call_turns_cap`` tool-calling turns are played (the narration turn after the last one
 is kept in ``multiturn``). Tool responses are the data set's, replayed: nothing is executed.
 
@@ -74,6 +77,11 @@ RELEVANCE_HELPER = (
     "details the user has not given, ask for them."
 )
 NARRATION_HELPER = "Summarise the tool result above for the user in plain text, without calling a tool."
+FORMAT_EXAMPLE = (
+    "Example of the format (the tool is an illustration; call only the tools listed above):\n<think>\n"
+    "The user wants the weather in Lisbon; get_weather takes a city.\n</think>\n"
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lisbon"}}\n</tool_call>'
+)
 
 _APOLOGY = re.compile(r"\b(sorry|apologi[sz]e|apologies)\b", re.IGNORECASE)
 _ASKS_FOR_INFO = re.compile(
@@ -157,6 +165,7 @@ def task_of(
         return ToolTask((system, *_chat(conv[1:first])), ((),), (), scenario)
     if not calls_at:
         return None
+    system["content"] += f"\n\n{FORMAT_EXAMPLE}"
     first_assistant = next(i for i in range(2, len(conv)) if _is_assistant(conv[i]))
     human_later = any(t["from"] == "human" for t in conv[calls_at[0] + 1 :])
     expected: list[tuple[ToolCall, ...]] = []
