@@ -2,8 +2,13 @@
 
 The same field names are used in code (``BaseEnvConfig(group_size=8)``), in YAML (``env: {group_size: 8}``) and
 on the command line (``--env.group_size 8``). Subclasses add fields and may re-declare base fields with new
-defaults. Unknown keys are ignored, as environments written for atroposlib 0.4.0 pass a few; each unknown key is
-reported once in the log so that typos do not vanish silently.
+defaults.
+
+Unknown keys: ``serve``, ``process`` and ``evaluate`` refuse a ``--config`` key or flag that the config class does
+not declare (``atroposlib.envs.cli.config.check_known_keys``), except the few keys of :data:`COMPAT_ENV_KEYS` and
+:data:`COMPAT_SERVER_KEYS` that files written for atroposlib 0.4.0 set without effect there either. Built in code
+(``BaseEnvConfig(score_buffer_size=4)`` in an environment written for 0.4.0), an unknown key is still dropped, and
+reported once in the log unless it is a compatibility key.
 """
 
 from __future__ import annotations
@@ -20,23 +25,43 @@ logger = logging.getLogger(__name__)
 
 _reported_unknown: set[tuple[str, str]] = set()
 
+#: Environment-config keys accepted and ignored for compatibility with atroposlib 0.4.0, each with its reason.
+#: These are the only unknown keys ``serve``/``process``/``evaluate`` accept in ``--config`` files.
+COMPAT_ENV_KEYS: dict[str, str] = {
+    "score_buffer_size": "set by 0.4.0's rlaif_server.py config_init(); no code of 0.4.0 or of this release reads it",
+}
+
+#: Inference-server keys (``openai:`` / ``teacher:`` entries) accepted and ignored for compatibility, with reasons.
+COMPAT_SERVER_KEYS: dict[str, str] = {
+    "weight": "0.4.0's example configs give each openai entry a weight; neither 0.4.0 nor this release weights "
+    "servers (requests go to the least busy healthy server)",
+}
+
 
 def warn_unknown_keys(model_cls: type[BaseModel], data: Any) -> list[str]:
     """Log (once per class and key) the keys of ``data`` that ``model_cls`` does not declare.
 
-    Returns the unknown keys. ``data`` that is not a mapping is ignored.
+    Returns the unknown keys. ``data`` that is not a mapping is ignored. Keys of :data:`COMPAT_ENV_KEYS` are
+    dropped without a log line.
     """
     if not isinstance(data, dict):
         return []
-    known = set(model_cls.model_fields)
-    known.update(f.alias for f in model_cls.model_fields.values() if f.alias)
-    unknown = [k for k in data if isinstance(k, str) and k not in known]
+    unknown = [k for k in data if isinstance(k, str) and k not in known_config_keys(model_cls)]
     for key in unknown:
+        if key in COMPAT_ENV_KEYS:
+            continue
         marker = (model_cls.__qualname__, key)
         if marker not in _reported_unknown:
             _reported_unknown.add(marker)
             logger.warning("%s: ignoring unknown config key %r", model_cls.__name__, key)
     return unknown
+
+
+def known_config_keys(model_cls: type[BaseModel]) -> set[str]:
+    """Field names and aliases of ``model_cls``."""
+    known = set(model_cls.model_fields)
+    known.update(f.alias for f in model_cls.model_fields.values() if f.alias)
+    return known
 
 
 class BaseEnvConfig(BaseModel):
@@ -196,8 +221,11 @@ def resolve_tokenizer_name(tokenizer_name: Optional[str], server_configs: Any) -
 
 
 __all__ = [
+    "COMPAT_ENV_KEYS",
+    "COMPAT_SERVER_KEYS",
     "FALLBACK_TOKENIZER",
     "BaseEnvConfig",
+    "known_config_keys",
     "resolve_tokenizer_name",
     "served_model_name",
     "warn_unknown_keys",

@@ -4,6 +4,8 @@ Pure functions (no argparse, no environment construction) so each rule is tested
 
 * :func:`load_yaml_config` reads and checks the ``--config`` file (top-level ``env``, ``openai``,
   ``slurm``, ``testing``; also ``max_n_completions``, ``proxy_url`` and ``tool_parser``);
+* :func:`check_known_keys` refuses a key the configuration class does not declare, naming the closest known
+  one (the compatibility keys of ``atroposlib.envs.env_config`` excepted);
 * :func:`mode_env_defaults` applies the per-subcommand defaults on top of ``config_init()``;
 * :func:`build_env_config` / :func:`build_manager_config` merge the layers and validate;
 * :func:`resolve_server_configs` decides which inference-server configs the environment gets.
@@ -14,14 +16,16 @@ Every problem a user can cause raises :class:`CliUsageError` whose message is on
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from atroposlib.envs.env_config import COMPAT_ENV_KEYS, COMPAT_SERVER_KEYS, known_config_keys
 from atroposlib.utils.cli import merge_dicts
 
 logger = logging.getLogger("atroposlib.envs.cli")
@@ -32,6 +36,8 @@ TEACHER_KEY = "teacher"  # teacher inference servers of distillation environment
 MANAGER_KEYS = ("slurm", "testing", "max_n_completions", "proxy_url", "tool_parser")
 KNOWN_TOP_LEVEL_KEYS = frozenset({ENV_KEY, OPENAI_KEY, TEACHER_KEY, *MANAGER_KEYS})
 MODES = ("serve", "process", "evaluate")
+#: The key of 0.4.0's flat dataset-environment files that lists the inference servers (their ``openai``).
+FLAT_SERVERS_KEY = "server_configs"
 
 
 class CliUsageError(Exception):
@@ -39,15 +45,58 @@ class CliUsageError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Unknown keys
+# ---------------------------------------------------------------------------------------------------------
+def closest_key(key: str, known: Collection[str]) -> str | None:
+    """The known key most like ``key`` (a misspelling, another case, a missing underscore), or None."""
+    candidates = sorted(str(k) for k in known)
+    lowered = {k.lower().replace("-", "_"): k for k in candidates}
+    normal = str(key).lower().replace("-", "_")
+    if normal in lowered:
+        return lowered[normal]
+    close = difflib.get_close_matches(normal, list(lowered), n=1, cutoff=0.6)
+    return lowered[close[0]] if close else None
+
+
+def check_known_keys(
+    keys: Collection[Any],
+    known: Collection[str],
+    *,
+    namespace: str,
+    source: str,
+    compat: Collection[str] = (),
+) -> None:
+    """Raise :class:`CliUsageError` for the first of ``keys`` that is neither in ``known`` nor in ``compat``:
+    ``unknown key env.grup_size in --config x.yaml; did you mean group_size?``."""
+    for key in keys:
+        if key in known or key in compat:
+            continue
+        name = f"{namespace}.{key}" if namespace else str(key)
+        close = closest_key(str(key), known)
+        hint = f"; did you mean {close}?" if close else f"; known keys: {', '.join(sorted(known))}"
+        raise CliUsageError(f"unknown key {name} in {source}{hint}")
+
+
+def env_keys_of(env_config_cls: type[BaseModel]) -> set[str]:
+    """The ``env`` keys ``env_config_cls`` accepts: its fields and aliases (compatibility keys aside)."""
+    return known_config_keys(env_config_cls)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # YAML
 # ---------------------------------------------------------------------------------------------------------
-def load_yaml_config(path: str | Path | None) -> dict[str, Any]:
+def load_yaml_config(
+    path: str | Path | None, *, flat_env_keys: Collection[str] | None = None
+) -> dict[str, Any]:
     """Load the ``--config`` YAML file and check its shape; ``None`` gives ``{}``.
 
     Raises :class:`CliUsageError` for a missing/unreadable file, invalid YAML, a top level that is not a
-    mapping, an ``env`` section that is not a mapping, or an ``openai`` section that is neither a mapping
-    nor a list of mappings. Unknown top-level keys are ignored with a warning (files written for other
-    tools keep working).
+    mapping, an unknown top-level key (naming the closest known one), an ``env`` section that is not a
+    mapping, or an ``openai`` section that is neither a mapping nor a list of mappings.
+
+    ``flat_env_keys`` (environments whose 0.4.0 version read flat files, e.g. the dataset environment): a file
+    without an ``env`` section whose top level holds those keys is read in that flat form: those keys become
+    the ``env`` section and a ``server_configs`` list the ``openai`` section.
     """
     if path is None:
         return {}
@@ -71,9 +120,18 @@ def load_yaml_config(path: str | Path | None) -> dict[str, Any]:
             f"--config {path}: expected a mapping with keys env/openai/slurm/testing, got {type(doc).__name__}"
         )
     doc = dict(doc)
+    if flat_env_keys is not None and ENV_KEY not in doc and any(k in flat_env_keys for k in doc):
+        doc = _unflatten(doc, flat_env_keys)
+    source = f"--config {path}"
     for key in doc:
         if key not in KNOWN_TOP_LEVEL_KEYS:
-            logger.warning("--config %s: ignoring unknown top-level key %r", path, key)
+            close = closest_key(str(key), KNOWN_TOP_LEVEL_KEYS)
+            hint = (
+                f"; did you mean {close}?"
+                if close
+                else f"; the top level holds {', '.join(sorted(KNOWN_TOP_LEVEL_KEYS))} (environment settings under env:)"
+            )
+            raise CliUsageError(f"unknown key {key} in {source}{hint}")
     env = doc.get(ENV_KEY)
     if env is not None and not isinstance(env, Mapping):
         raise CliUsageError(
@@ -95,6 +153,24 @@ def load_yaml_config(path: str | Path | None) -> dict[str, Any]:
                 f"--config {path}: '{key}' must be a mapping or a list of mappings, got {type(section).__name__}"
             )
     return doc
+
+
+def _unflatten(doc: dict[str, Any], flat_env_keys: Collection[str]) -> dict[str, Any]:
+    """A flat 0.4.0 dataset-environment file as sections: env fields under ``env``, ``server_configs`` as
+    ``openai``; the manager keys stay; any other key is left at the top level (and refused there)."""
+    out: dict[str, Any] = {}
+    env: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key == FLAT_SERVERS_KEY:
+            out[OPENAI_KEY] = value
+        elif key in KNOWN_TOP_LEVEL_KEYS and key != ENV_KEY:
+            out[key] = value
+        elif key in flat_env_keys or key in COMPAT_ENV_KEYS:
+            env[key] = value
+        else:
+            out[key] = value
+    out[ENV_KEY] = env
+    return out
 
 
 def _yaml_error_text(exc: yaml.YAMLError) -> str:
@@ -191,12 +267,21 @@ def build_env_config(
 ) -> BaseModel:
     """Merge ``defaults`` < ``yaml_env`` < ``cli_env`` and build ``env_config_cls``.
 
-    Unknown YAML keys are passed on: ``BaseEnvConfig`` ignores them with a warning. After merging, a ``wandb_name`` of ``None`` falls back
-    to the env's name and, in ``process``, a ``data_path_to_save_groups`` of ``None`` to
+    A key ``env_config_cls`` does not declare (:data:`COMPAT_ENV_KEYS` aside, which are dropped) raises
+    :class:`CliUsageError` naming it and the closest known key. After merging, a ``wandb_name`` of ``None``
+    falls back to the env's name and, in ``process``, a ``data_path_to_save_groups`` of ``None`` to
     ``data/{name}.jsonl`` (neither ``None`` is usable in that mode). Raises :class:`CliUsageError`
     naming the field when validation fails.
     """
     yaml_env = dict(yaml_env or {})
+    known = env_keys_of(env_config_cls)
+    check_known_keys(
+        yaml_env, known, namespace=ENV_KEY, source=f"--config {yaml_path}", compat=COMPAT_ENV_KEYS
+    )
+    for key in cli_env:
+        check_known_keys([key], known, namespace=ENV_KEY, source=f"--{ENV_KEY}.{key}", compat=COMPAT_ENV_KEYS)
+    yaml_env = {k: v for k, v in yaml_env.items() if k in known}
+    cli_env = {k: v for k, v in cli_env.items() if k in known}
     merged = merge_dicts(defaults, yaml_env, cli_env)
     fields = env_config_cls.model_fields
     if "wandb_name" in fields and merged.get("wandb_name") is None:
@@ -255,6 +340,24 @@ def single_server_defaults(default: Any, openai_cls: type[BaseModel]) -> dict[st
     return values
 
 
+def _checked_server_section(section: Any, openai_cls: type[BaseModel], namespace: str, yaml_path: Any) -> Any:
+    """``section`` (a mapping or a list of them) with every key checked against ``openai_cls`` and the
+    compatibility keys dropped."""
+    if section is None:
+        return None
+    known = known_config_keys(openai_cls)
+
+    def checked(entry: Mapping[str, Any], name: str) -> dict[str, Any]:
+        check_known_keys(
+            entry, known, namespace=name, source=f"--config {yaml_path}", compat=COMPAT_SERVER_KEYS
+        )
+        return {k: v for k, v in entry.items() if k in known}
+
+    if isinstance(section, list):
+        return [checked(entry, f"{namespace}[{i}]") for i, entry in enumerate(section)]
+    return checked(section, namespace)
+
+
 def resolve_server_configs(
     default: Any,
     yaml_doc: Mapping[str, Any],
@@ -272,13 +375,14 @@ def resolve_server_configs(
     a default list of >= 2 is used as is; a single ``APIServerConfig`` stays a single config (merged default <
     YAML < flags); a bare ``ServerBaseline`` is kept unless YAML or flags set values; otherwise a one-element
     list. A ``None`` default stays ``None`` unless YAML or flags configure a server. Flags with several
-    servers, and invalid values, raise :class:`CliUsageError` naming the field. Unknown keys in YAML entries
-    are ignored (``APIServerConfig`` warns about them).
+    servers, and invalid values, raise :class:`CliUsageError` naming the field. A key of a YAML entry that
+    ``openai_cls`` does not declare raises :class:`CliUsageError` naming the closest known one;
+    :data:`COMPAT_SERVER_KEYS` are dropped.
     """
     from atroposlib.envs.server_handling.openai_server import ServerConfigError, resolve_openai_configs
 
     cli_values = dict(cli_values)
-    yaml_section = yaml_doc.get(namespace)
+    yaml_section = _checked_server_section(yaml_doc.get(namespace), openai_cls, namespace, yaml_path)
     if default is None:
         if not yaml_section and not cli_values:
             return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Optional
 
 import pytest
@@ -68,17 +69,29 @@ def test_yaml_shape_errors(tmp_path, text, needle):
         load_yaml_config(path)
 
 
-def test_yaml_empty_and_unknown_top_level_keys(tmp_path, caplog):
+def test_yaml_empty_and_unknown_top_level_keys(tmp_path):
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert load_yaml_config(empty) == {}
     assert load_yaml_config(None) == {}
     path = tmp_path / "c.yaml"
     path.write_text("env: {group_size: 2}\ntrainer: {lr: 1}\nslurm: false\n")
-    with caplog.at_level(logging.WARNING, logger="atroposlib.envs.cli"):
-        doc = load_yaml_config(path)
-    assert doc["env"] == {"group_size": 2}
-    assert "unknown top-level key 'trainer'" in caplog.text
+    with pytest.raises(
+        CliUsageError, match=r"^unknown key trainer in --config .*c\.yaml; the top level holds env, "
+    ):
+        load_yaml_config(path)
+    path.write_text("env: {group_size: 2}\nopenia: {timeout: 3}\n")
+    with pytest.raises(CliUsageError, match=r"^unknown key openia in --config .*; did you mean openai\?$"):
+        load_yaml_config(path)
+
+
+def test_flat_files_are_read_as_sections_only_when_asked(tmp_path):
+    path = tmp_path / "flat.yaml"
+    path.write_text("group_size: 3\nslurm: true\nserver_configs:\n  - base_url: http://a/v1\n")
+    doc = load_yaml_config(path, flat_env_keys={"group_size"})
+    assert doc == {"env": {"group_size": 3}, "slurm": True, "openai": [{"base_url": "http://a/v1"}]}
+    with pytest.raises(CliUsageError, match="unknown key group_size"):
+        load_yaml_config(path)
 
 
 # ------------------------------------------------------------------------------------ mode defaults
@@ -157,7 +170,23 @@ def test_invalid_values_name_the_field_and_where_it_came_from():
         build_env_config(NamedEnv, MyConfig, defaults, {}, {"max_reasoning_tokens": 5}, mode="serve")
 
 
-def test_unknown_yaml_env_keys_are_ignored():
+def test_unknown_yaml_env_keys_are_refused_with_the_closest_known_key():
+    defaults = mode_env_defaults(NamedEnv, "serve", MyConfig())
+    with pytest.raises(CliUsageError) as err:
+        build_env_config(NamedEnv, MyConfig, defaults, {"grup_size": 4}, {}, mode="serve", yaml_path="x.yaml")
+    assert str(err.value) == "unknown key env.grup_size in --config x.yaml; did you mean group_size?"
+    with pytest.raises(CliUsageError, match=r"^unknown key env.zzz_qqq in --config x.yaml; known keys: "):
+        build_env_config(NamedEnv, MyConfig, defaults, {"zzz_qqq": 1}, {}, mode="serve", yaml_path="x.yaml")
+    with pytest.raises(
+        CliUsageError, match=r"unknown key env.grup_size in --env.grup_size; did you mean group_size"
+    ):
+        build_env_config(NamedEnv, MyConfig, defaults, {}, {"grup_size": 4}, mode="serve")
+
+
+def test_compatibility_keys_are_accepted_and_dropped():
+    from atroposlib.envs.env_config import COMPAT_ENV_KEYS
+
+    assert COMPAT_ENV_KEYS["score_buffer_size"]  # every compatibility key says why it is accepted
     defaults = mode_env_defaults(NamedEnv, "serve", MyConfig())
     config = build_env_config(NamedEnv, MyConfig, defaults, {"score_buffer_size": 4}, {}, mode="serve")
     assert not hasattr(config, "score_buffer_size")
@@ -192,11 +221,18 @@ def test_baseline_is_kept_unless_overridden():
 
 def test_multi_server_yaml_list_and_flags_conflict():
     yaml_doc = {"openai": [{"base_url": "http://a/v1", "weight": 1}, {"base_url": "http://b/v1"}]}
-    with pytest.warns(
-        UserWarning, match="weight"
-    ):  # unknown keys (the original example's 'weight') are ignored
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 'weight' of the original's examples: a compatibility key, no warning
         resolved = _resolve(APIServerConfig(), yaml_doc)
     assert [c.base_url for c in resolved] == ["http://a/v1", "http://b/v1"]
+    typo = {"openai": [{"base_url": "http://a/v1"}, {"base_url": "http://b/v1", "time_out": 3}]}
+    with pytest.raises(CliUsageError) as err:
+        _resolve(APIServerConfig(), typo)
+    assert str(err.value) == "unknown key openai[1].time_out in --config c.yaml; did you mean timeout?"
+    with pytest.raises(
+        CliUsageError, match=r"^unknown key openai.modle_name in --config c.yaml; did you mean model_name\?$"
+    ):
+        _resolve(APIServerConfig(), {"openai": {"modle_name": "m"}})
     with pytest.raises(CliUsageError, match="--openai.timeout"):
         _resolve(APIServerConfig(), yaml_doc, {"timeout": 3})
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from typing import Optional
@@ -171,12 +170,22 @@ def test_wandb_name_defaults_to_env_name_or_class_name(tmp_path):
     assert flagged.env_config.wandb_name == "flag"
 
 
-def test_unknown_yaml_keys_are_ignored_with_a_warning(tmp_path, caplog):
-    config = _write(tmp_path, {"env": {"difficulty": 2, "not_a_field": 1}, "extra_section": {}})
-    with caplog.at_level(logging.WARNING):
-        env = parse_command(LayerEnv, ["serve", "--config", config]).resolve().env_config
-    assert env.difficulty == 2
-    assert "not_a_field" in caplog.text and "extra_section" in caplog.text
+@pytest.mark.parametrize("mode", ["serve", "process", "evaluate"])
+def test_unknown_yaml_keys_are_refused_in_one_line(tmp_path, capsys, mode):
+    config = _write(tmp_path, {"env": {"difficulty": 2, "grup_size": 1}})
+    with pytest.raises(SystemExit) as exited:
+        run_cli(LayerEnv, [mode, "--config", config])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].endswith(
+        f": error: unknown key env.grup_size in --config {config}; did you mean group_size?"
+    )
+    section = _write(tmp_path, {"env": {"difficulty": 2}, "extra_section": {}})
+    with pytest.raises(CliUsageError, match="unknown key extra_section"):
+        parse_command(LayerEnv, [mode, "--config", section]).resolve()
+    known = _write(tmp_path, {"env": {"difficulty": 2, "score_buffer_size": 4}})
+    assert parse_command(LayerEnv, [mode, "--config", known]).resolve().env_config.difficulty == 2
 
 
 # ------------------------------------------------------------------------------------------- servers
