@@ -2,7 +2,8 @@
 
 The commands are read from the README's table (its last column), so the test follows the documentation.
 Each runs as a subprocess from the repository root with only what the README itself says a user adds
-(``--openai.base_url`` and ``--openai.model_name`` of their server), plus the tiny local tokenizer, an
+(``--openai.base_url`` and ``--openai.model_name`` of their server; other servers a command names, such as
+a teacher's, point at the same scripted server), plus the tiny local tokenizer, an
 output path in the test's directory and one group. The server type stays whatever the environment's
 defaults say: for most that is an OpenAI-type chat endpoint, which ``process`` must accept (tokens are
 then computed from the messages).
@@ -82,9 +83,9 @@ def _tool_use_responder() -> Callable[[Any, int], str]:
 
 def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[Any, int], str]:
     name = script.removeprefix("environments/")
-    if name == "gsm8k_server.py" or name == "dataset_environment/dataset_env.py":
+    if name in ("gsm8k_server.py", "gsm8k_server_teacher_distill.py", "dataset_environment/dataset_env.py"):
         return gsm8k_responder()
-    if name == "arithmetic_server.py":
+    if name in ("arithmetic_server.py", "arithmetic_server_teacher_distill.py"):
         return arithmetic_responder()
     if name == "math_server.py":
         return _test_module("test_env_math").alternating_responder
@@ -139,6 +140,8 @@ def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[
         return research._researcher(research.GOLDS)
     if name == "t1_tool_planning/t1_env.py":
         return _test_module("test_env_t1_tool_planning")._planner()
+    if name == "swe_rl_env.py":
+        return _test_module("test_env_swe_rl")._responder()
     if name == "mcp_env.py":
         mcp = _test_module("test_env_mcp")
         return mcp._caller(mcp.ROWS)
@@ -162,6 +165,12 @@ def test_readme_command_runs_as_written(command, tiny_model_dir, tmp_path):
     respond = _responder(script, args, tiny_model_dir)
     out = tmp_path / "groups.jsonl"
     with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
+        # Servers the command names (a teacher's, say) are the user's to fill in: here the scripted one.
+        args = [
+            server.base_url if k and args[k - 1].endswith(".base_url")
+            else "scripted-model" if k and args[k - 1].endswith(".model_name") else value
+            for k, value in enumerate(args)
+        ]  # fmt: skip
         result = run_env(
             REPO_ROOT / script,
             ["process", *args, "--openai.base_url", server.base_url, "--openai.model_name", "scripted-model",

@@ -1,0 +1,1 @@
+"""SWE-RL helpers: SEARCH/REPLACE edits and their similarity reward (used by ``swe_rl_env.py``)."""
