@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -58,16 +58,41 @@ def warn_unknown_keys(model_cls: type[BaseModel], data: Any) -> list[str]:
 
 
 def known_config_keys(model_cls: type[BaseModel]) -> set[str]:
-    """Field names and aliases of ``model_cls``."""
+    """Field names and aliases of ``model_cls``, and the 0.4.0 names it accepts (``original_key_aliases``)."""
     known = set(model_cls.model_fields)
     known.update(f.alias for f in model_cls.model_fields.values() if f.alias)
+    known.update(getattr(model_cls, "original_key_aliases", {}))
     return known
+
+
+def rename_original_keys(model_cls: type[BaseModel], data: Any) -> Any:
+    """``data`` with the 0.4.0 names of ``model_cls.original_key_aliases`` renamed to this release's field
+    names. Raises ValueError when both names are given with different values."""
+    aliases = getattr(model_cls, "original_key_aliases", {})
+    if not isinstance(data, dict) or not any(k in data for k in aliases):
+        return data
+    data = dict(data)
+    for old, new in aliases.items():
+        if old in data:
+            value = data.pop(old)
+            if new in data and data[new] != value:
+                raise ValueError(
+                    f"{old} (0.4.0's name of {new}) and {new} are both given, with different values"
+                )
+            data[new] = value
+    return data
 
 
 class BaseEnvConfig(BaseModel):
     """Settings shared by all environments (rollout fan-out, scheduling, logging, output files)."""
 
     model_config = ConfigDict(extra="ignore")
+
+    #: 0.4.0 key names this config accepts for its own fields: ``{0.4.0 name: field name}``.
+    original_key_aliases: ClassVar[dict[str, str]] = {}
+    #: Keys the 0.4.0 version of this environment's config defined that are refused here, each with why;
+    #: ``serve``/``process``/``evaluate`` name the reason instead of "unknown key".
+    unsupported_original_keys: ClassVar[dict[str, str]] = {}
 
     group_size: int = Field(default=4, description="Rollouts per group (sequences per prompt).")
     max_num_workers: int = Field(
@@ -193,6 +218,7 @@ class BaseEnvConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _report_unknown_keys(cls, data: Any) -> Any:
+        data = rename_original_keys(cls, data)
         warn_unknown_keys(cls, data)
         return data
 

@@ -25,7 +25,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from atroposlib.envs.env_config import COMPAT_ENV_KEYS, COMPAT_SERVER_KEYS, known_config_keys
+from atroposlib.envs.env_config import (
+    COMPAT_ENV_KEYS,
+    COMPAT_SERVER_KEYS,
+    known_config_keys,
+    rename_original_keys,
+)
 from atroposlib.utils.cli import merge_dicts
 
 logger = logging.getLogger("atroposlib.envs.cli")
@@ -255,6 +260,23 @@ def _source_lookup(yaml_keys: Mapping[str, Any], cli_keys: Mapping[str, Any], na
 # ---------------------------------------------------------------------------------------------------------
 # Layering
 # ---------------------------------------------------------------------------------------------------------
+def _checked_env_section(env_config_cls: type[BaseModel], section: Mapping[str, Any], source_of: Any) -> dict:
+    """``section`` with every key checked (unknown: the closest known key; a 0.4.0 key refused here: its
+    reason), compatibility keys dropped and 0.4.0 names renamed to this release's fields."""
+    known = env_keys_of(env_config_cls)
+    unsupported = getattr(env_config_cls, "unsupported_original_keys", {})
+    for key in section:
+        if key in unsupported and key not in known:
+            raise CliUsageError(
+                f"{ENV_KEY}.{key} in {source_of(key)} is not supported here: {unsupported[key]}"
+            )
+        check_known_keys([key], known, namespace=ENV_KEY, source=source_of(key), compat=COMPAT_ENV_KEYS)
+    try:
+        return rename_original_keys(env_config_cls, {k: v for k, v in section.items() if k in known})
+    except ValueError as exc:
+        raise CliUsageError(f"{ENV_KEY}: {exc}")
+
+
 def build_env_config(
     env_cls: type,
     env_config_cls: type[BaseModel],
@@ -274,14 +296,8 @@ def build_env_config(
     naming the field when validation fails.
     """
     yaml_env = dict(yaml_env or {})
-    known = env_keys_of(env_config_cls)
-    check_known_keys(
-        yaml_env, known, namespace=ENV_KEY, source=f"--config {yaml_path}", compat=COMPAT_ENV_KEYS
-    )
-    for key in cli_env:
-        check_known_keys([key], known, namespace=ENV_KEY, source=f"--{ENV_KEY}.{key}", compat=COMPAT_ENV_KEYS)
-    yaml_env = {k: v for k, v in yaml_env.items() if k in known}
-    cli_env = {k: v for k, v in cli_env.items() if k in known}
+    yaml_env = _checked_env_section(env_config_cls, yaml_env, lambda key: f"--config {yaml_path}")
+    cli_env = _checked_env_section(env_config_cls, cli_env, lambda key: f"--{ENV_KEY}.{key}")
     merged = merge_dicts(defaults, yaml_env, cli_env)
     fields = env_config_cls.model_fields
     if "wandb_name" in fields and merged.get("wandb_name") is None:

@@ -192,6 +192,43 @@ def test_compatibility_keys_are_accepted_and_dropped():
     assert not hasattr(config, "score_buffer_size")
 
 
+class OriginalNamesConfig(MyConfig):
+    original_key_aliases = {"generation_temperature": "temperature"}
+    unsupported_original_keys = {"use_text_passages": "its passages come from a hub set not read here"}
+    temperature: float = 1.0
+
+
+def test_original_names_are_renamed_and_unsupported_original_keys_refused_with_the_reason():
+    defaults = mode_env_defaults(NamedEnv, "serve", OriginalNamesConfig())
+    config = build_env_config(
+        NamedEnv, OriginalNamesConfig, defaults, {"generation_temperature": 0.3}, {}, mode="serve"
+    )
+    assert config.temperature == 0.3
+    flagged = build_env_config(
+        NamedEnv,
+        OriginalNamesConfig,
+        defaults,
+        {"generation_temperature": 0.3},
+        {"temperature": 0.5},
+        mode="serve",
+    )
+    assert flagged.temperature == 0.5  # the flag (this release's name) beats the file (0.4.0's name)
+    with pytest.raises(CliUsageError) as err:
+        build_env_config(
+            NamedEnv,
+            OriginalNamesConfig,
+            defaults,
+            {"use_text_passages": True},
+            {},
+            mode="serve",
+            yaml_path="x.yaml",
+        )
+    assert str(err.value) == (
+        "env.use_text_passages in --config x.yaml is not supported here: its passages come from a hub set not read here"
+    )
+    assert OriginalNamesConfig(generation_temperature=0.2).temperature == 0.2
+
+
 # ------------------------------------------------------------------------------- server resolution
 def _resolve(default, yaml_doc=None, cli=None, cls=APIServerConfig):
     return resolve_server_configs(default, yaml_doc or {}, cli or {}, openai_cls=cls, yaml_path="c.yaml")
