@@ -11,7 +11,8 @@ The layout is the original trainer's (``pad_data_to_good_offset``):
 * Temperature per sequence: ``overrides[i]["temperature"]``, else ``generation_params["temperature"]``,
   else ``group_overrides["temperature"]``, else 1.0.
 * Rollout log-probabilities (``inference_logprobs``, aligned with ``tokens``) are shifted like the labels.
-* Sequences are flattened in batch order and cut into micro-batches of ``batch_size``.
+* Sequences are flattened in batch order and cut into micro-batches of ``batch_size`` (the trainer regroups
+  them by a token budget with ``--micro-batch-tokens``: :mod:`example_trainer.packing`).
 
 Differences from the original, all deliberate:
 
