@@ -191,3 +191,26 @@ def test_a_resumed_evaluation_asks_nothing_twice(scripted):
     assert again.metrics == first.metrics and again.samples == first.samples
     fresh = scripted.evaluation(MMLUEvalEnv, ["--env.dataset_path", MMLU], right_then_wrong, server_type=None)
     assert len(fresh.requests) == 8  # without --env.resume the journal starts over
+
+
+def test_the_package_docstring_example_runs(scripted, tmp_path):
+    """The declaration example of ``atroposlib.evals``' docstring is a working benchmark."""
+    import textwrap
+
+    import atroposlib.evals
+
+    doc = atroposlib.evals.__doc__
+    code = textwrap.dedent(doc[doc.index("    from pydantic import Field") : doc.index("Other benchmarks")])
+    script = tmp_path / "arc_example.py"
+    script.write_text(code)
+    run = scripted.command(
+        script,
+        "evaluate",
+        ["--env.dataset_path", FIXTURES / "evals" / "arc", "--env.data_dir_to_save_evals", tmp_path / "out"],
+        lambda prompt, index: "<answer>A</answer>",
+        server_type=None,
+    )
+    assert len(run) == 7
+    results = json.loads((tmp_path / "out" / "metrics.json").read_text())["results"]
+    assert results["all"]["eval/num_items"] == 7
+    assert {"atropos|arc_eval:subset:ARC-Easy|0", "atropos|arc_eval:subset:ARC-Challenge|0"} <= set(results)
