@@ -165,10 +165,11 @@ def test_readme_command_runs_as_written(command, tiny_model_dir, tmp_path):
     respond = _responder(script, args, tiny_model_dir)
     out = tmp_path / "groups.jsonl"
     with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
-        # Servers the command names (a teacher's, say) are the user's to fill in: here the scripted one.
+        # Servers the command names (a teacher's, say) are the user's to fill in: here the scripted one,
+        # serving the tiny model.
         args = [
             server.base_url if k and args[k - 1].endswith(".base_url")
-            else "scripted-model" if k and args[k - 1].endswith(".model_name") else value
+            else str(tiny_model_dir) if k and args[k - 1].endswith(".model_name") else value
             for k, value in enumerate(args)
         ]  # fmt: skip
         result = run_env(
