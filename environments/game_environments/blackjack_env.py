@@ -16,8 +16,10 @@ A reply without one valid move scores ``invalid_action_penalty`` (default -1) an
 ``eval_episodes`` held-out hands and reports the win rate (``eval/percent_correct``, ``eval/won``),
 the mean return and the share of invalid moves.
 
-Needs a token-level inference server (``--openai.server_type vllm`` or ``sglang``): episodes are
-tracked with ManagedServer, the model's replies trained and the observations masked.
+``serve`` needs a token-level inference server (``--openai.server_type vllm`` or ``sglang``, the default):
+episodes are tracked with ManagedServer, the model's replies trained and the observations masked.
+``process`` and ``evaluate`` also play against any chat endpoint (``--openai.server_type openai``, a
+hosted model), the tokens then computed from the messages.
 
 ``python environments/game_environments/blackjack_env.py {serve,process,evaluate} --openai.base_url ...``
 """

@@ -16,7 +16,8 @@ Gymnasium versions: the environment id is ``--env.env_id`` when given, else ``Ta
 registered (Gymnasium < 1.4) and otherwise the newest registered ``Taxi-vN`` (1.4 retired ``Taxi-v3``
 for ``Taxi-v4``).
 
-Needs a token-level inference server (``--openai.server_type vllm`` or ``sglang``).
+``serve`` needs a token-level inference server (``--openai.server_type vllm`` or ``sglang``, the default);
+``process`` and ``evaluate`` also play against any chat endpoint (``--openai.server_type openai``).
 
 ``python environments/game_environments/taxi_env.py {serve,process,evaluate} --openai.base_url ...``
 """
