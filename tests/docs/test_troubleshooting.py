@@ -40,6 +40,9 @@ FRAGMENTS = [
     "cannot reach the trajectory API at",
     "is run-api running there?",
     "token sequences but",
+    "could not be started or reached",
+    "both offer a tool named",
+    "did not answer within",
 ]
 
 
