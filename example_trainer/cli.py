@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(g, "refresh_mode", choices=["restart", "reload", "broadcast"])
     _add(g, "weight_broadcast_backend", choices=["auto", "gloo", "nccl"])
     _add(g, "weight_broadcast_host")
+    _add(g, "weight_broadcast_async", action="store_true")
     _add(g, "vllm_enforce_eager", action="store_true")
     _add(g, "vllm_startup_timeout", type=float)
     _add(g, "vllm_config_path")

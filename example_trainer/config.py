@@ -161,6 +161,12 @@ class TrainingConfig(BaseModel):
         description="process group of --refresh-mode broadcast: gloo (CPU memory), nccl (trainer and servers "
         "on different GPUs); auto: nccl for remote servers of a CUDA trainer, else gloo",
     )
+    weight_broadcast_async: bool = Field(
+        False,
+        description="--refresh-mode broadcast: the trainer goes on with its next step once the weights are "
+        "copied into the send buffers; the servers take them a moment later (rollouts of that moment come "
+        "from the previous weights, as their policy step records)",
+    )
     weight_broadcast_host: str | None = Field(
         None,
         description="address the inference servers reach the trainer at for --refresh-mode broadcast "

@@ -192,7 +192,12 @@ class InferenceSync:
                 self.server_root_urls, backend=backend, host=host, device=self.config.device,
                 timeout=self.config.vllm_startup_timeout,
             )  # fmt: skip
-        return self.broadcaster.send(unique_named_tensors(model))
+        return self.broadcaster.send(unique_named_tensors(model), wait=not self.config.weight_broadcast_async)
+
+    def wait_for_refresh(self) -> None:
+        """Block until the last (background) weight hand-off is served."""
+        if self.broadcaster is not None:
+            self.broadcaster.wait()
 
     def check(self) -> None:
         """Raise if the managed server died and could not be restarted (VllmDiedError)."""
@@ -592,6 +597,8 @@ def _train(
             elif refresh_due and saved is not None and inference.active:
                 record["train/refresh_s"] = inference.refresh(saved, step)
             synced = refresh_due or (shared and (step % config.vllm_restart_interval == 0 or final))
+            if (final or sync_hook is not None) and broadcast and inference.active:
+                inference.wait_for_refresh()  # the servers serve the weights the hook and the end expect
             if sync_hook is not None and inference.active and synced:
                 checks = sync_hook(step, unwrap_model(model), inference.server_root_urls) or {}
                 record.update({f"sync/{k}": float(v) for k, v in checks.items()})

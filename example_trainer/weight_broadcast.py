@@ -199,6 +199,8 @@ class WeightBroadcaster:
         self.timeout = timeout
         self.group: Any = None
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(32, len(self.root_urls))))
+        self._transfer_pool = ThreadPoolExecutor(max_workers=1)
+        self._pending: Any = None
 
     def connect(self) -> None:
         """Form the group: every server joins (over HTTP) while this process hosts the rendezvous."""
@@ -221,13 +223,31 @@ class WeightBroadcaster:
             raise WeightBroadcastError("could not form the weight group: " + "; ".join(errors))
         logger.info("weight group formed with %d server(s) over %s", len(self.root_urls), self.backend)
 
-    def send(self, named: Sequence[tuple[str, torch.Tensor]]) -> float:
-        """Hand ``named`` tensors to every server; returns once all serve them (seconds taken)."""
+    def send(self, named: Sequence[tuple[str, torch.Tensor]], wait: bool = True) -> float:
+        """Hand ``named`` tensors to every server; returns the seconds the caller was held.
+
+        ``wait=False``: returns once the tensors are copied into the send buckets (a snapshot: the caller may
+        change them right away); the broadcast and the servers' loading go on in the background, and the
+        next :meth:`send` or :meth:`wait` waits for them (and raises their error, if any).
+        """
         start = time.perf_counter()
+        self.wait()
         if self.group is None:
             self.connect()
         specs = tensor_specs(named)
         buckets = pack(named, self.device)
+        self._pending = self._transfer_pool.submit(self._transfer, specs, buckets)
+        if wait:
+            self.wait()
+        return time.perf_counter() - start
+
+    def wait(self) -> None:
+        """Block until the last hand-off is served everywhere; raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _transfer(self, specs: list[dict[str, Any]], buckets: list[torch.Tensor]) -> None:
         futures = [
             self._pool.submit(
                 _post, f"{url}/bridge/receive_weights", {"tensors": specs}, self.api_key, self.timeout
@@ -242,8 +262,12 @@ class WeightBroadcaster:
                       if f.exception() is not None]  # fmt: skip
         if errors:
             raise WeightBroadcastError("weight hand-off failed: " + "; ".join(errors))
-        return time.perf_counter() - start
 
     def close(self) -> None:
+        try:
+            self.wait()
+        except Exception as exc:  # noqa: BLE001 - closing; the error was the last hand-off's
+            logger.warning("the last weight hand-off failed: %s", exc)
         self.group = None
+        self._transfer_pool.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=False, cancel_futures=True)

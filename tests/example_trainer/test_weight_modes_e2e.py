@@ -43,9 +43,13 @@ def served_vs_model(step: int, model, urls: list[str]) -> dict[str, float]:
     return {"max_abs_diff": max(abs(a - b) for a, b in zip(mine, served, strict=True)), "first": served[0]}
 
 
-@pytest.mark.parametrize("mode", ["shared_vllm", "broadcast"])
+@pytest.mark.parametrize("mode", ["shared_vllm", "broadcast", "broadcast_async"])
 def test_every_synchronisation_serves_the_trained_weights(mode, api, tiny_model_dir, tmp_path):
-    extra = {"weight_bridge_mode": "shared_vllm"} if mode == "shared_vllm" else {"refresh_mode": "broadcast"}
+    extra = {
+        "shared_vllm": {"weight_bridge_mode": "shared_vllm"},
+        "broadcast": {"refresh_mode": "broadcast"},
+        "broadcast_async": {"refresh_mode": "broadcast", "weight_broadcast_async": True},
+    }[mode]
     cfg = _config(tiny_model_dir, api.url, tmp_path / "ck", **extra)
     post_groups(api.url, 6, seed=0)
     result = train(cfg, sync_hook=served_vs_model)
