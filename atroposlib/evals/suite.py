@@ -233,12 +233,13 @@ def table_columns(results: Sequence[BenchmarkResult]) -> list[str]:
 def write_table(results: Sequence[BenchmarkResult], out_dir: Path, model: str) -> tuple[Path, Path, str]:
     """Write ``results.md`` and ``results.json`` under ``out_dir``; returns both paths and the markdown."""
     columns = table_columns(results)
-    header = ["benchmark", *columns, "status", "seconds"]
+    header = ["benchmark", *columns, "reused items", "status", "seconds"]
     lines = [f"| {' | '.join(header)} |", f"|{'|'.join('---' for _ in header)}|"]
     for r in results:
         cells = [
             r.name,
             *(_cell(r.metrics.get(c)) for c in columns),
+            str(r.reused_items),
             r.status if not r.error else f"failed: {r.error}",
             f"{r.seconds:.1f}",
         ]

@@ -135,6 +135,7 @@ def test_an_interrupted_suite_asks_only_for_what_it_had_not_scored(tiny_model_di
     assert [r["metrics"]["num_items"] for r in table["rows"]] == [8, 7, 7]
     samples = (tmp_path / "out" / "mmlu" / "samples.jsonl").read_text().splitlines()
     assert len(samples) == 8
+    assert "| reused items | status | seconds |" in (tmp_path / "out" / "results.md").read_text()
 
 
 def test_restart_and_bad_names(tiny_model_dir, tmp_path):
