@@ -82,6 +82,8 @@ class GSM8kEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
     trains_token_ids = True
     config: GSM8kEnvConfig
     default_model = DEFAULT_MODEL
+    #: sampling temperature of evaluation replies
+    eval_temperature: float = 0.6
 
     def __init__(self, config: GSM8kEnvConfig, server_configs, slurm=True, testing=False):
         super().__init__(config, server_configs, slurm, testing)
@@ -126,7 +128,7 @@ class GSM8kEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
                 messages=messages,
                 n=1,
                 max_tokens=self.config.max_token_length,
-                temperature=0.6,
+                temperature=self.eval_temperature,
                 split="eval",
             )
         reply = completion.choices[0].message.content or ""
@@ -160,7 +162,7 @@ class GSM8kEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
             [r["sample"] for r in results],
             start_time,
             end_time,
-            {"temperature": 0.6, "max_tokens": self.config.max_token_length},
+            {"temperature": self.eval_temperature, "max_tokens": self.config.max_token_length},
         )
 
     async def collect_trajectories(self, item: GSM8kRow) -> tuple[Optional[ScoredDataGroup], list[Item]]:

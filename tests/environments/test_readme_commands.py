@@ -83,7 +83,8 @@ def _tool_use_responder() -> Callable[[Any, int], str]:
 
 def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[Any, int], str]:
     name = script.removeprefix("environments/")
-    if name in ("gsm8k_server.py", "gsm8k_server_teacher_distill.py", "dataset_environment/dataset_env.py"):
+    gsm8k_like = ("gsm8k_server.py", "gsm8k_server_teacher_distill.py", "gsm8k_server_axolotl.py")
+    if name in gsm8k_like or name == "dataset_environment/dataset_env.py":
         return gsm8k_responder()
     if name in ("arithmetic_server.py", "arithmetic_server_teacher_distill.py"):
         return arithmetic_responder()

@@ -6,7 +6,7 @@ TRL's server has one generation route, ``POST {base_url}/generate/`` taking
 ``"prompt_ids"`` and ``"logprobs"`` (one logprob per completion token). Chat prompts are rendered
 with the model's chat template. Token-level calls (and hence ``ManagedServer``) work when the
 server returns logprobs; with an older TRL they fail with a ``NotImplementedError`` saying so.
-Health: ``GET {base_url}/health/``.
+Health: ``GET {base_url}/health/``. A ``base_url`` ending in ``/v1`` (OpenAI style) is taken as the root.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from openai.types.chat.chat_completion import ChatCompletion
 from openai.types.completion import Completion
 
 from atroposlib.envs.server_handling.errors import BackendProtocolError
-from atroposlib.envs.server_handling.http import HTTPClient
+from atroposlib.envs.server_handling.http import HTTPClient, root_url
 from atroposlib.envs.server_handling.responses import chat_completion_of, completion_of
 from atroposlib.envs.server_handling.server_baseline import (
     APIServer,
@@ -50,7 +50,8 @@ class TrlVllmServer(ConfigTokenizerMixin, APIServer):
 
     @property
     def _url(self) -> str:
-        return (self.config.base_url or "").rstrip("/")
+        # TRL's routes sit at the server root; an OpenAI-style base URL's trailing /v1 is dropped.
+        return root_url(self.config.base_url)
 
     async def check_server_status_task(self, chat_completion: bool = True):
         await self._health_check_loop()
