@@ -13,6 +13,12 @@ float32 logprobs of the weights just installed. Prints a table and the speed-up 
 
     python benchmarks/weight_refresh.py [--restarts 2] [--reloads 10] [--swaps 10] [--enforce-eager]
                                         [--json results.json]
+
+``--hand-off`` measures instead what a refresh costs the *trainer* per step, before (a checkpoint written and
+reloaded) and after (the weights broadcast into the server, waiting or in the background), for the tiny
+model and a random model of Qwen2.5-0.5B's shape (see ``benchmarks/weight_handoff.py``):
+
+    python benchmarks/weight_refresh.py --hand-off [--shapes tiny qwen2.5-0.5b] [--repeats 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -132,7 +138,27 @@ def main() -> None:
     parser.add_argument("--swaps", type=int, default=10, help="LoRA hot-swaps to time")
     parser.add_argument("--enforce-eager", action="store_true", help="start vLLM without torch.compile")
     parser.add_argument("--json", help="also write the timings and ratios to this file")
+    parser.add_argument(
+        "--hand-off", action="store_true", help="trainer time lost per step: checkpoint vs broadcast"
+    )
+    parser.add_argument(
+        "--shapes", nargs="+", default=["tiny", "qwen2.5-0.5b"], choices=["tiny", "qwen2.5-0.5b"]
+    )
+    parser.add_argument("--repeats", type=int, default=2, help="--hand-off: timed repetitions of each")
+    parser.add_argument("--seq", type=int, default=128, help="--hand-off: tokens per sequence of a step")
+    parser.add_argument(
+        "--tiny-batch", type=int, default=64, help="--hand-off: sequences per step, tiny model"
+    )
+    parser.add_argument("--batch", type=int, default=4, help="--hand-off: sequences per step, 0.5B shape")
     args = parser.parse_args()
+    if args.hand_off:
+        from benchmarks.weight_handoff import run as run_hand_off
+
+        batches = {"tiny": args.tiny_batch, "qwen2.5-0.5b": args.batch}
+        results = run_hand_off(args.shapes, batches, args.seq, args.repeats)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2))
+        return
     if min(args.restarts, args.reloads, args.swaps) < 1:
         parser.error("--restarts, --reloads and --swaps must be >= 1")
     results = run(args)
