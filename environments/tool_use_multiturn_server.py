@@ -24,7 +24,9 @@ The system turn is the environment's instructions, the conversation's own system
 except in ``relevance``, an example of a tool-calling reply.
 
 At most ``max_tool_call_turns_cap`` tool-calling turns are played (the narration turn after the last one
-is kept in ``multiturn``). Tool responses are the data set's, replayed: nothing is executed.
+is kept in ``multiturn``). With ``--env.generate_all_gpt_turns true`` a ``single`` or ``multistep`` episode
+ends with a narration turn: the responses to the last played call are fed back and the model summarises
+them without calling. Tool responses are the data set's, replayed: nothing is executed.
 
 Episode and reward: in a calling turn the reply (after its optional ``<think>``; required with
 ``--env.validate_think_blocks true``) must hold only ``<tool_call>`` blocks; they match the recorded ones
@@ -133,6 +135,22 @@ def _calls(turn: dict[str, str]) -> Optional[tuple[ToolCall, ...]]:
         return None
 
 
+def _tool_turns_after(conv: list[dict[str, str]], index: int) -> list[dict[str, str]]:
+    """The ``tool`` turns right after turn ``index``."""
+    turns = []
+    for turn in conv[index + 1 :]:
+        if turn["from"] != "tool":
+            break
+        turns.append(turn)
+    return turns
+
+
+def _asking_for_narration(responses: tuple[dict[str, str], ...]) -> tuple[dict[str, str], ...]:
+    """The responses with the request to summarise them appended to the last one."""
+    last = responses[-1]
+    return (*responses[:-1], {**last, "content": f"{last['content']}\n\n{NARRATION_HELPER}"})
+
+
 def _cap(expected: list, between: list, cap: Optional[int], keep_narration: bool) -> tuple[list, list]:
     """Keep turns up to the ``cap``-th calling turn (and the narration turn after it when asked)."""
     if cap is None:
@@ -150,9 +168,11 @@ def _cap(expected: list, between: list, cap: Optional[int], keep_narration: bool
 
 
 def task_of(
-    conv: list[dict[str, str]], scenario: str, cap: Optional[int], system_prompt: str
+    conv: list[dict[str, str]], scenario: str, cap: Optional[int], system_prompt: str, narrate: bool = False
 ) -> Optional[ToolTask]:
-    """The task a conversation gives in ``scenario``, or None when it does not fit the scenario."""
+    """The task a conversation gives in ``scenario``, or None when it does not fit the scenario. With
+    ``narrate`` (``single`` and ``multistep``), the responses to the last played call are followed by a
+    narration turn."""
     if len(conv) < 3 or conv[0]["from"] != "system" or conv[1]["from"] != "human":
         return None
     calls_at = [i for i, t in enumerate(conv) if _is_call(t)]
@@ -170,28 +190,26 @@ def task_of(
     human_later = any(t["from"] == "human" for t in conv[calls_at[0] + 1 :])
     expected: list[tuple[ToolCall, ...]] = []
     between: list[tuple[dict[str, str], ...]] = []
-    if scenario == "single":
-        calls = _calls(conv[calls_at[0]])
-        return ToolTask((system, *_chat(conv[1 : calls_at[0]])), (calls,), (), scenario) if calls else None
-    if scenario == "multistep":
-        if len(calls_at) < 2 or first_assistant != calls_at[0] or human_later:
+    opening = (system, *_chat(conv[1 : calls_at[0]]))
+    if scenario in ("single", "multistep"):
+        if scenario == "multistep" and (len(calls_at) < 2 or first_assistant != calls_at[0] or human_later):
             return None
-        for n, index in enumerate(calls_at):
+        played = calls_at[:1] if scenario == "single" else calls_at
+        all_responses = []
+        for n, index in enumerate(played):
             calls = _calls(conv[index])
-            responses = []
-            for turn in conv[index + 1 :]:
-                if turn["from"] != "tool":
-                    break
-                responses.append(turn)
-            if calls is None or not responses:
+            responses = _tool_turns_after(conv, index)
+            if calls is None or (not responses and (narrate or n + 1 < len(played))):
                 return None
-            if n + 1 < len(calls_at) and index + 1 + len(responses) != calls_at[n + 1]:
+            if n + 1 < len(played) and index + 1 + len(responses) != played[n + 1]:
                 return None  # something other than tool responses between two calls
             expected.append(calls)
-            if n + 1 < len(calls_at):
-                between.append(_chat(responses))
-        expected, between = _cap(expected, between, cap, keep_narration=False)
-        return ToolTask((system, *_chat(conv[1 : calls_at[0]])), tuple(expected), tuple(between), scenario)
+            all_responses.append(_chat(responses))
+        expected, between = _cap(expected, all_responses[: len(expected) - 1], cap, keep_narration=False)
+        if narrate:
+            between.append(_asking_for_narration(all_responses[len(expected) - 1]))
+            expected.append(())
+        return ToolTask(opening, tuple(expected), tuple(between), scenario)
     # multiturn: call, tool responses, narration, (human turns), next call ...
     if len(calls_at) < 2 or first_assistant != calls_at[0] or not human_later:
         return None
@@ -206,21 +224,21 @@ def task_of(
         nxt = calls_at[n + 1] if n + 1 < len(calls_at) else len(conv)
         if n + 1 < len(calls_at) and not any(t["from"] == "human" for t in conv[narration + 1 : nxt]):
             return None
-        responses = _chat(conv[index + 1 : narration])
-        responses = (
-            *responses[:-1],
-            {**responses[-1], "content": f"{responses[-1]['content']}\n\n{NARRATION_HELPER}"},
-        )
         expected += [calls, ()]
-        between.append(responses)
+        between.append(_asking_for_narration(_chat(conv[index + 1 : narration])))
         if n + 1 < len(calls_at):
             between.append(_chat(conv[narration + 1 : nxt]))
     expected, between = _cap(expected, between, cap, keep_narration=True)
-    return ToolTask((system, *_chat(conv[1 : calls_at[0]])), tuple(expected), tuple(between), scenario)
+    return ToolTask(opening, tuple(expected), tuple(between), scenario)
 
 
 def tasks_of(
-    rows: list[dict[str, Any]], source: str, scenario: str, cap: Optional[int], prompt: str
+    rows: list[dict[str, Any]],
+    source: str,
+    scenario: str,
+    cap: Optional[int],
+    prompt: str,
+    narrate: bool = False,
 ) -> list[ToolTask]:
     tasks = []
     for index, row in enumerate(rows):
@@ -231,7 +249,7 @@ def tasks_of(
             raise DatasetError(
                 f"{source}: row {index}: field 'conversations' must be a list of from/value turns"
             )
-        task = task_of(conv, scenario, cap, prompt)
+        task = task_of(conv, scenario, cap, prompt, narrate)
         if task is not None:
             tasks.append(task)
     if not tasks:
@@ -304,6 +322,9 @@ class MultiTurnToolUseConfig(MultiTurnEnvConfig):
     scenario_category: Scenario = Field("multistep", description="single, multistep, multiturn or relevance")
     max_tool_call_turns_cap: Optional[int] = Field(
         2, ge=1, description="tool-calling turns played per episode at most (None: all)"
+    )
+    generate_all_gpt_turns: bool = Field(
+        False, description="single/multistep: after the last call's responses the model also narrates"
     )
     validate_think_blocks: bool = Field(False, description="every reply must open with a <think> block")
     wrong_call_penalty: float = Field(
@@ -385,7 +406,10 @@ class MultiTurnToolCallingEnv(LocalServerDefaults, MultiTurnEnv):
 
     def _tasks(self, rows: list[dict[str, Any]], source: str) -> list[ToolTask]:
         cfg = self.config
-        return tasks_of(rows, source, cfg.scenario_category, cfg.max_tool_call_turns_cap, self.system_prompt)
+        return tasks_of(
+            rows, source, cfg.scenario_category, cfg.max_tool_call_turns_cap, self.system_prompt,
+            cfg.generate_all_gpt_turns,
+        )  # fmt: skip
 
     async def setup(self) -> None:
         cfg = self.config

@@ -10,7 +10,8 @@ from ``t`` on plus the group-normalised outcome (:func:`atroposlib.envs.episodes
 Groups whose scores are all equal are still sent: their turn advantages may differ.
 
 Defaults follow the original: ``interstellarninja/hermes_salesforce_apigen_tool_use`` (train, 5% held
-out), ``multistep`` scenario, up to 3 tool-calling turns, replies must open with ``<think>``. Every
+out), ``multistep`` scenario, up to 3 tool-calling turns and then a narration turn (the model summarises the
+last responses), replies must open with ``<think>``. Every
 option of ``tool_use_multiturn_server.py`` applies (``--env.dataset_path`` for local conversations).
 
 ``python environments/tool_use_turnlevel_advantage_server.py {serve,process,evaluate} --openai.base_url ...``
@@ -38,6 +39,9 @@ class MTGRPOEnvConfig(MultiTurnToolUseConfig):
     )
     max_tool_call_turns_cap: Optional[int] = Field(
         3, ge=1, description="tool-calling turns played per episode at most (None: all)"
+    )
+    generate_all_gpt_turns: bool = Field(
+        True, description="single/multistep: after the last call's responses the model also narrates"
     )
     validate_think_blocks: bool = Field(True, description="every reply must open with a <think> block")
     turn_reward: float = Field(1.0, description="reward of each turn whose calls match (the turn rewards)")

@@ -68,6 +68,14 @@ def test_conversations_become_tasks_per_scenario():
     (pizza,) = tasks_of(ROWS, "f", "relevance", 2, SYSTEM_PROMPT)
     assert pizza.expected == ((),) and "apologise" in pizza.messages[0]["content"]
     assert len(tasks_of(ROWS, "f", "single", 2, SYSTEM_PROMPT)) == 3
+    narrated = tasks_of(ROWS, "f", "multistep", 2, SYSTEM_PROMPT, narrate=True)[0]
+    assert [len(turn) for turn in narrated.expected] == [1, 1, 0] and len(narrated.between) == 2
+    assert '"fahrenheit": 53.6' in narrated.between[1][0]["content"]
+    assert narrated.between[1][0]["content"].endswith("without calling a tool.")
+    (single,) = tasks_of(ROWS[:1], "f", "single", 2, SYSTEM_PROMPT, narrate=True)
+    assert [len(turn) for turn in single.expected] == [1, 0] and "temperature_c" in single.between[0][0][
+        "content"
+    ]
     with pytest.raises(DatasetError, match="f: row 0: field 'conversations' must be a list"):
         tasks_of([{"conversations": "hi"}], "f", "single", 2, SYSTEM_PROMPT)
     with pytest.raises(DatasetError, match="no conversation fits the scenario 'multiturn'"):
@@ -143,6 +151,18 @@ async def test_a_mismatching_turn_ends_the_episode_with_the_penalty(tiny_model_d
     env, session, episode = await play(tiny_model_dir, [WEATHER[0], second], "How warm")
     assert len(episode.turns) == 2 and session.mismatch
     assert env.score(session, episode) == pytest.approx(score)
+
+
+async def test_a_narration_turn_after_the_last_call(tiny_model_dir):
+    script = [*WEATHER, "It is 53.6 F and cloudy in Oslo."]
+    env, session, episode = await play(tiny_model_dir, script, "How warm", generate_all_gpt_turns=True)
+    assert len(episode.turns) == 3 and session.finished and env.score(session, episode) == 1.5
+    assert '"fahrenheit": 53.6' in episode.messages[5]["content"]  # the last call's recorded response
+    env, session, episode = await play(tiny_model_dir, WEATHER, "How warm", generate_all_gpt_turns=True)
+    assert len(episode.turns) == 3 and not session.finished  # a call where a summary was due ends it
+    assert (
+        env.score(session, episode) == 1.5 and env.episode_metrics(session, episode)["all_turns_right"] == 0.0
+    )
 
 
 async def test_multiturn_and_relevance_scenarios(tiny_model_dir):

@@ -21,7 +21,11 @@ from tests.helpers.tool_replay import replayer
 
 SAMPLE = FIXTURES / "tool_use_multiturn_sample.jsonl"
 ROWS = read_jsonl(SAMPLE)
-RIGHT = [tool_call("get_weather", city="Oslo"), tool_call("convert_temperature", celsius=12)]
+RIGHT = [
+    tool_call("get_weather", city="Oslo"),
+    tool_call("convert_temperature", celsius=12),
+    "It is 53.6 F and cloudy in Oslo.",  # the narration turn after the last call
+]
 WRONG = [tool_call("get_weather", city="Bergen")]
 
 
@@ -30,6 +34,7 @@ def test_the_originals_defaults():
     assert config.dataset_name == "interstellarninja/hermes_salesforce_apigen_tool_use"
     assert config.turn_level_advantages and config.validate_think_blocks and config.turn_reward == 1.0
     assert config.scenario_category == "multistep" and config.max_tool_call_turns_cap == 3
+    assert config.generate_all_gpt_turns
 
 
 async def test_each_turn_gets_its_advantage_and_only_the_models_tokens_are_trained(tiny_model_dir):
@@ -49,9 +54,9 @@ async def test_each_turn_gets_its_advantage_and_only_the_models_tokens_are_train
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     rows = sorted(zip(group["scores"], group["advantages"], group["masks"], strict=True), key=lambda r: r[0])
     (wrong_score, wrong_adv, wrong_masks), (right_score, right_adv, right_masks) = rows
-    # right: turn rewards 1, 1 and outcome 1.5; wrong: turn reward 0 and outcome 0 - 0.2
-    assert right_score == pytest.approx(3.5) and wrong_score == pytest.approx(-0.2)
-    # turn 0 rewards [1, 0] -> [+1, -1]; turn 1 reached by one episode -> 0; outcomes [1.5, -0.2] -> [+1, -1]
+    # right: turn rewards 1, 1, 1 (two calls and the narration) and outcome 1.5; wrong: 0 and 0 - 0.2
+    assert right_score == pytest.approx(4.5) and wrong_score == pytest.approx(-0.2)
+    # turn 0 rewards [1, 0] -> [+1, -1]; later turns reached by one episode -> 0; outcomes [1.5, -0.2] -> [+1, -1]
     right_turns = [a for a, m in zip(right_adv, right_masks, strict=True) if m != -100]
     assert (
         sorted(set(right_turns), reverse=True) == [2.0, 1.0]
@@ -81,7 +86,7 @@ def test_process_sends_advantages(scripted):
     groups = scripted.process(MultiTurnToolUseTurnLevelAdvantageEnv, args, replayer(ROWS[:2]))
     assert len(groups) == 2
     for group in groups:
-        assert sorted(group["scores"]) == pytest.approx([-0.2, -0.2, 3.5, 3.5])
+        assert sorted(group["scores"]) == pytest.approx([-0.2, -0.2, 4.5, 4.5])
         assert len(group["advantages"]) == 4
         assert all(len(a) == len(t) for a, t in zip(group["advantages"], group["tokens"], strict=True))
 
@@ -97,6 +102,7 @@ def test_evaluate_reports_exact_metrics(scripted):
     ]
     metrics, samples, _ = scripted.evaluate(MultiTurnToolUseTurnLevelAdvantageEnv, args, replayer(ROWS[:2]))
     assert len(samples) == 2 and metrics["eval/percent_correct"] == 0.5
+    assert metrics["eval/mean_turns"] == 2.0  # three turns (two calls and the narration), and one
     assert (
-        metrics["eval/mean_score"] == pytest.approx((3.5 - 0.2) / 2) and metrics["eval/call_accuracy"] == 0.5
+        metrics["eval/mean_score"] == pytest.approx((4.5 - 0.2) / 2) and metrics["eval/call_accuracy"] == 0.5
     )

@@ -22,7 +22,7 @@ def recorded_calls(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def replayer(rows: Sequence[dict[str, Any]]) -> Callable[[Any, int], str]:
     """Even episodes (in order of arrival) make each turn's recorded call; odd ones send every argument
-    of it as the string ``"wrong"``."""
+    of it as the string ``"wrong"``. A turn after the last recorded call is answered with a short summary."""
     counter = itertools.count()
     scripts = {row["conversations"][1]["value"]: recorded_calls(row) for row in rows}
 
@@ -32,6 +32,8 @@ def replayer(rows: Sequence[dict[str, Any]]) -> Callable[[Any, int], str]:
         marker = re.search(r"<think>episode (\d+)</think>", text)
         episode = int(marker.group(1)) if marker else next(counter)
         turn = text.count("<|im_start|>assistant") - 1
+        if turn >= len(scripts[question]):  # a narration turn after the last call
+            return f"<think>episode {episode}</think>That is all the tools had to say."
         call = scripts[question][turn]
         arguments = {key: "wrong" for key in call["arguments"]} if episode % 2 else call["arguments"]
         return f"<think>episode {episode}</think>" + tool_call(call["name"], **arguments)
