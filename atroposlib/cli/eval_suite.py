@@ -9,8 +9,9 @@
 Names are suites (``core``: about ten widely reported benchmarks; ``mc``: every multiple-choice one),
 benchmarks of ``environments/eval_environments`` (``mmlu`` runs ``mmlu_eval.py``) or paths to evaluation files.
 Each benchmark runs as ``python FILE evaluate`` would, with the suite's ``--env.FIELD VALUE`` flags applied to
-every benchmark whose config has the field and ``--openai.FIELD VALUE`` to all (``--data-dir`` gives each
-benchmark its local data file or directory by name); its ``metrics.json`` and
+every benchmark whose config has the field, ``--BENCHMARK.FIELD VALUE`` (``--arc.subset ARC-Easy``) to that
+benchmark alone and ``--openai.FIELD VALUE`` to all (``--data-dir`` gives each benchmark its local data file or
+directory by name); its ``metrics.json`` and
 ``samples.jsonl`` go to ``OUTPUT_DIR/<benchmark>/``. One progress bar per benchmark is shown; at the end
 ``OUTPUT_DIR/results.md`` and ``results.json`` hold a row per benchmark and a column per metric.
 
@@ -40,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Run a suite of evaluations against one OpenAI-compatible server and write one table.",
         epilog="Further --env.FIELD VALUE flags go to every benchmark whose config has FIELD (e.g. "
-        "--env.eval_limit 100, --env.thinking_mode false); --openai.FIELD VALUE flags to the server config.",
+        "--env.eval_limit 100, --env.thinking_mode false), --BENCHMARK.FIELD VALUE to that benchmark alone "
+        "(--arc.subset ARC-Easy), --openai.FIELD VALUE flags to the server config.",
     )
     parser.add_argument("benchmarks", nargs="*", help="suite names (core, mc), benchmark names or eval files")
     parser.add_argument(
@@ -71,29 +73,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def split_flags(extra: Sequence[str]) -> dict[str, str]:
-    """``--env.FIELD VALUE`` / ``--openai.FIELD=VALUE`` / ``--judge.FIELD VALUE`` pairs as ``{"env.FIELD": VALUE}``.
+SERVER_NAMESPACES = ("env", "openai", "judge")
 
-    Raises :class:`ToolError` (exit 2) for anything else.
+
+def split_flags(
+    extra: Sequence[str], benchmarks: Sequence[str] = ()
+) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """The extra flags: ``--env.FIELD VALUE`` / ``--openai.FIELD=VALUE`` / ``--judge.FIELD VALUE`` as
+    ``{"env.FIELD": VALUE}`` for every benchmark, and ``--BENCHMARK.FIELD VALUE`` (``--arc.subset ARC-Easy``) as
+    ``{BENCHMARK: {"env.FIELD": VALUE}}`` for that benchmark alone.
+
+    Raises :class:`ToolError` (exit 2) for anything else, a prefix that names none of ``benchmarks``
+    included.
     """
-    flags: dict[str, str] = {}
+    common: dict[str, str] = {}
+    own: dict[str, dict[str, str]] = {}
     items = list(extra)
     while items:
         token = items.pop(0)
-        match = re.fullmatch(r"--((?:env|openai|judge)\.[A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?", token, re.DOTALL)
+        match = re.fullmatch(r"--([A-Za-z0-9_-]+)\.([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?", token, re.DOTALL)
         if match is None:
             raise ToolError(
-                f"unrecognized argument {token!r} (flags are --env.FIELD VALUE, --openai.FIELD VALUE or, for "
-                "the judged benchmarks, --judge.FIELD VALUE)",
+                f"unrecognized argument {token!r} (flags are --env.FIELD VALUE, --openai.FIELD VALUE, "
+                "--BENCHMARK.FIELD VALUE or, for the judged benchmarks, --judge.FIELD VALUE)",
                 2,
             )
-        if match.group(2) is not None:
-            flags[match.group(1)] = match.group(2)
-        elif items:
-            flags[match.group(1)] = items.pop(0)
+        prefix, field, value = match.groups()
+        if value is None:
+            if not items:
+                raise ToolError(f"{token} needs a value", 2)
+            value = items.pop(0)
+        if prefix in SERVER_NAMESPACES:
+            common[f"{prefix}.{field}"] = value
+        elif prefix in benchmarks:
+            own.setdefault(prefix, {})[f"env.{field}"] = value
         else:
-            raise ToolError(f"{token} needs a value", 2)
-    return flags
+            raise ToolError(f"{token}: {prefix!r} is none of the benchmarks run ({', '.join(benchmarks)})", 2)
+    return common, own
 
 
 def _progress_display() -> Any:
@@ -152,11 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ToolError(
                 "name at least one suite, benchmark or eval file (atropos-eval --list shows them)", 2
             )
-        flags = split_flags(extra)
         try:
             benchmarks = resolve_benchmarks(args.benchmarks, evals_dir)
         except SuiteError as exc:
             raise ToolError(str(exc), 2) from None
+        flags, own_flags = split_flags(extra, [name for name, _ in benchmarks])
         base_url = normalize_base_url(args.base_url)
         model = args.model
         if not model:
@@ -183,7 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         with display:
             data_dir = Path(args.data_dir) if args.data_dir else None
-            results = asyncio.run(run_suite(benchmarks, flags, out_dir, args.restart, progress_for, data_dir))
+            results = asyncio.run(
+                run_suite(benchmarks, flags, out_dir, args.restart, progress_for, data_dir, own_flags)
+            )
         md_path, json_path, markdown = write_table(results, out_dir, model)
         print(markdown)
         print(f"{PROG}: wrote {md_path} and {json_path}")

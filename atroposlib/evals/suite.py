@@ -175,8 +175,10 @@ async def run_benchmark(
     restart: bool,
     progress: Callable[[int, str], Progress],
     data_dir: Optional[Path] = None,
+    own_flags: Optional[dict[str, str]] = None,
 ) -> BenchmarkResult:
-    """Configure, set up and evaluate one benchmark; failures are caught into the result."""
+    """Configure, set up and evaluate one benchmark; failures are caught into the result. ``own_flags`` are
+    this benchmark's alone: given last, so they win, and never filtered (an unknown field is an error)."""
     from atroposlib.envs.cli import parse_command
     from atroposlib.envs.cli.command import construct_env, write_evaluate_config
 
@@ -186,6 +188,7 @@ async def run_benchmark(
         env_cls = load_env_class(path)
         try:
             args = command_args(env_cls, flags, out_dir / name, restart, local_data(data_dir, name))
+            args += [x for k, v in (own_flags or {}).items() for x in (f"--{k}", v)]
             command = parse_command(env_cls, args)
         except SystemExit as exc:  # argparse has printed why
             raise SuiteError(f"bad flags for {name} (exit {exc.code})") from None
@@ -268,10 +271,11 @@ async def run_suite(
     restart: bool = False,
     progress_factory: Optional[Callable[[str], Callable[[int, str], Progress]]] = None,
     data_dir: Optional[Path] = None,
+    own_flags: Optional[dict[str, dict[str, str]]] = None,
 ) -> list[BenchmarkResult]:
     """Run ``benchmarks`` one after the other (see the module docstring). ``progress_factory(name)`` gives
     the progress callback of one benchmark (default: a tqdm bar each); ``data_dir`` holds local copies of
-    their data (:func:`local_data`)."""
+    their data (:func:`local_data`); ``own_flags[name]`` are flags for benchmark ``name`` alone."""
     from atroposlib.evals.env import tqdm_progress
 
     results: list[BenchmarkResult] = []
@@ -283,7 +287,8 @@ async def run_suite(
             )
             continue
         progress = progress_factory(name) if progress_factory else tqdm_progress
-        result = await run_benchmark(name, path, flags, out_dir, restart, progress, data_dir)
+        own = (own_flags or {}).get(name)
+        result = await run_benchmark(name, path, flags, out_dir, restart, progress, data_dir, own)
         server_down = bool(result.error and "ServerUnavailableError" in result.error)
         results.append(result)
     return results

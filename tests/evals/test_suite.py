@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from atroposlib.cli._tooling.errors import ToolError
+from atroposlib.cli.eval_suite import split_flags
 from atroposlib.evals.journal import JOURNAL_NAME
 from atroposlib.evals.suite import (
     SUITES,
@@ -88,11 +90,34 @@ def test_flags_go_to_the_benchmarks_that_have_the_field(tmp_path):
     assert args[args.index("--env.eval_limit") + 1] == "3" and "--openai.model_name" in args
 
 
+def test_flags_for_all_and_for_one_benchmark():
+    common, own = split_flags(
+        [
+            "--env.eval_limit",
+            "5",
+            "--openai.api_key=k",
+            "--arc.subset",
+            "ARC-Easy",
+            "--judge.model_name",
+            "j",
+        ],
+        ["mmlu", "arc"],
+    )
+    assert common == {"env.eval_limit": "5", "openai.api_key": "k", "judge.model_name": "j"}
+    assert own == {"arc": {"env.subset": "ARC-Easy"}}
+    with pytest.raises(ToolError, match="'gpqa' is none of the benchmarks run"):
+        split_flags(["--gpqa.subset", "x"], ["mmlu"])
+    with pytest.raises(ToolError, match="unrecognized argument '--eval_limit'"):
+        split_flags(["--eval_limit", "5"], ["mmlu"])
+    with pytest.raises(ToolError, match="needs a value"):
+        split_flags(["--env.eval_limit"], ["mmlu"])
+
+
 def test_a_suite_writes_one_table(tiny_model_dir, tmp_path):
     with launch_scripted_server(
         respond=lambda p, i: "<think>ok</think><answer>A</answer>", tokenizer=tiny_model_dir
     ) as server:
-        proc = suite(tmp_path, server.base_url)
+        proc = suite(tmp_path, server.base_url, "--boolq.eval_limit", "5")  # a flag for boolq alone
         out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     table = json.loads((tmp_path / "out" / "results.json").read_text())
@@ -102,7 +127,7 @@ def test_a_suite_writes_one_table(tiny_model_dir, tmp_path):
         assert row["metrics"]["accuracy"] == report["results"]["all"]["eval/accuracy"]
         assert row["metrics"]["accuracy_stderr"] == report["results"]["all"]["eval/accuracy_stderr"]
         assert row["status"] == "ok" and row["reused_items"] == 0
-    assert [r["metrics"]["num_items"] for r in table["rows"]] == [8, 7, 7]
+    assert [r["metrics"]["num_items"] for r in table["rows"]] == [8, 7, 5]
     markdown = (tmp_path / "out" / "results.md").read_text()
     assert "| benchmark | accuracy | accuracy_stderr |" in markdown
     assert markdown.count("\n| mmlu |") == 1 and "| boolq |" in markdown and markdown in out
