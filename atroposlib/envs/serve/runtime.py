@@ -328,8 +328,8 @@ class ServeRuntimeMixin(ApiSessionMixin, WorkerPoolMixin):
         self._phase = "startup"
         self._install_signal_handlers()
         try:
-            self._require_token_exact_servers()
             await run_setup(self)
+            self._require_token_exact_servers()
             if not self._shutdown_requested:
                 await self.setup_wandb()
             if not self._shutdown_requested:
