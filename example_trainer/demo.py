@@ -44,6 +44,8 @@ from example_trainer.demo_processes import ServiceProcess, process_create_time, 
 PROG = "python -m example_trainer.demo"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server.py"
+#: The environment of a run with ``--teacher-model``: the same task, groups scored by the teacher too.
+DISTILL_ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server_teacher_distill.py"
 logger = logging.getLogger("atropos-demo")
 
 
@@ -110,6 +112,42 @@ class DemoConfig(BaseModel):
         ge=1,
         description="CPU threads per torch process (demo, trainer); small models run fastest with one "
         "while the other services share the cores",
+    )
+
+    # --- losses, staleness, distillation (the trainer's flags of the same names) ------------------
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"] = Field("grpo", description="loss")
+    clip_eps_low: float | None = Field(None, gt=0, lt=1, description="lower clip range (default: --clip-eps)")
+    clip_eps_high: float | None = Field(None, gt=0, description="upper clip range (default: --clip-eps)")
+    advantage: Literal["grpo", "rloo", "none"] = Field("grpo", description="group baseline")
+    tis_cap: float | None = Field(
+        None, ge=1, description="truncated importance sampling cap (off by default)"
+    )
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="the trainer trains no rollout more than N steps old; the environment waits for the "
+        "trainer instead of generating older ones (off by default)",
+    )
+    env_max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="the environment's own bound (default: the trainer's --max-staleness); a value above "
+        "--max-batches-offpolicy leaves it generating as without a bound",
+    )
+    teacher_model: str | None = Field(
+        None,
+        description="on-policy distillation from this local model: it is served by "
+        "example_trainer.teacher_server and every group carries its top-k logprobs",
+    )
+    teacher_top_k: int = Field(4, ge=0, description="teacher logprobs per position besides the sampled token")
+    distill_coef: float = Field(
+        1.0, ge=0, description="weight of the distillation term (with --teacher-model)"
+    )
+    distill_kind: Literal["reverse", "forward"] = Field(
+        "reverse", description="reverse KL on the student's tokens, or forward KL over the teacher's top-k"
+    )
+    rl_coef: float = Field(
+        1.0, ge=0, description="weight of the RL loss (0 with --teacher-model: distillation alone)"
     )
 
     @field_validator("operations", mode="before")
@@ -255,6 +293,8 @@ class Demo:
         self.trainer: ServiceProcess | None = None
         self.env: ServiceProcess | None = None
         self.vllm_port = free_port()
+        self.teacher: ServiceProcess | None = None
+        self.teacher_port = free_port()
         self.summary: dict[str, Any] = {"config": config.model_dump()}
         self._tmp = tempfile.TemporaryDirectory(prefix="atropos-demo-api-")
         self._stopped = False
@@ -356,12 +396,36 @@ class Demo:
             "--inference-threads", str(cfg.inference_threads),
             "--log-dir", str(self.logs),
             "--plot-path", str(self.run_dir / "training_curves.png"),
+            *self.loss_flags(),
         ]  # fmt: skip
+
+    def loss_flags(self) -> list[str]:
+        """The trainer's loss, staleness and distillation flags of this run."""
+        cfg = self.config
+        flags = ["--loss-type", cfg.loss_type, "--advantage", cfg.advantage, "--rl-coef", str(cfg.rl_coef)]
+        for name in ("clip_eps_low", "clip_eps_high", "tis_cap", "max_staleness"):
+            value = getattr(cfg, name)
+            if value is not None:
+                flags += ["--" + name.replace("_", "-"), str(value)]
+        if cfg.teacher_model:
+            flags += ["--distill-coef", str(cfg.distill_coef), "--distill-kind", cfg.distill_kind]
+        return flags
 
     def env_command(self, model_dir: Path) -> list[str]:
         cfg = self.config
+        teacher: list[str] = []
+        if cfg.teacher_model:
+            teacher = [
+                "--teacher.base_url", f"http://127.0.0.1:{self.teacher_port}/v1",
+                "--teacher.model_name", str(cfg.teacher_model),
+                "--env.teacher_top_k", str(cfg.teacher_top_k),
+                # a group whose scores are all equal still carries the teacher's signal
+                "--env.ensure_scores_are_not_same", "false",
+            ]  # fmt: skip
+        if cfg.env_max_staleness is not None:
+            teacher += ["--env.max_staleness", str(cfg.env_max_staleness)]
         return [
-            sys.executable, str(ENV_SCRIPT), "serve",
+            sys.executable, str(DISTILL_ENV_SCRIPT if cfg.teacher_model else ENV_SCRIPT), "serve",
             "--env.tokenizer_name", str(model_dir),
             "--env.rollout_server_url", self.api.url,
             "--env.group_size", str(cfg.group_size),
@@ -384,7 +448,21 @@ class Demo:
             "--openai.base_url", f"http://127.0.0.1:{self.vllm_port}/v1",
             "--openai.model_name", str(model_dir),
             "--openai.server_type", "vllm",
+            *teacher,
         ]  # fmt: skip
+
+    def start_teacher(self, child_env: dict[str, str]) -> None:
+        """The teacher's scoring server (``--teacher-model``), before the environment that asks it."""
+        cfg = self.config
+        cmd = [
+            sys.executable, "-m", "example_trainer.teacher_server", "--model", str(cfg.teacher_model),
+            "--port", str(self.teacher_port), "--torch-threads", str(cfg.torch_threads),
+        ]  # fmt: skip
+        self.teacher = ServiceProcess("teacher", cmd, self.logs / "teacher.log", env=child_env, cwd=REPO_ROOT)
+        self.teacher.start()
+        self.services.append(self.teacher)
+        if not wait_http_ok(f"http://127.0.0.1:{self.teacher_port}/health", 120.0, proc=self.teacher):
+            raise DemoFailed(f"the teacher server did not start:\n{self.teacher.tail()}")
 
     def start_services(self, model_dir: Path) -> None:
         """run-api, then the trainer (it starts vLLM) and the environment."""
@@ -409,6 +487,8 @@ class Demo:
             cwd=REPO_ROOT,
         ).start()
         self.services.append(self.trainer)
+        if self.config.teacher_model:
+            self.start_teacher(child_env)
         self.env = ServiceProcess(
             "environment",
             self.env_command(model_dir),
@@ -430,6 +510,9 @@ class Demo:
         env = self.env
         if env is not None and not env.stop_requested and not env.alive() and env.returncode != 0:
             raise DemoFailed(f"the environment exited with {self.env.returncode}:\n{self.env.tail()}")
+        teacher = self.teacher
+        if teacher is not None and not teacher.stop_requested and not teacher.alive():
+            raise DemoFailed(f"the teacher server exited with {teacher.returncode}:\n{teacher.tail()}")
         if self.trainer is not None and not self.trainer.alive() and self.trainer.returncode != 0:
             vllm_logs = sorted(self.logs.glob("vllm_*.log"))
             extra = f"\n--- {vllm_logs[-1]} ---\n{read_tail(vllm_logs[-1], 20)}" if vllm_logs else ""
@@ -531,6 +614,8 @@ class Demo:
             # checkpoint; the second aborts (e.g. while it waits for vLLM to start).
             if self.env is not None:
                 self.env.stop(timeout=15)
+            if self.teacher is not None:
+                self.teacher.stop(timeout=15)
             if self.trainer is not None:
                 # Before vLLM is up there is no step to finish: abort at once.
                 self.trainer.stop(timeout=75, repeat_after=15 if self._vllm_ready else 1)

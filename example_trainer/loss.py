@@ -38,9 +38,10 @@ Terms added to any of them (same token weights as the loss type; ``gspo`` uses `
   ``w = min(exp(sg(l) - lam), C)``, which corrects for the engine computing slightly different
   probabilities than the trainer for the same weights.
 * Distillation (``distill_coef`` = gamma), where the batch carries a teacher's log-probabilities:
-  reverse KL on the student's own tokens, ``gamma * sg(l - tau) * l`` with ``tau`` the teacher's
-  log-probability of the sampled token (its gradient is that of ``KL(pi || teacher)`` estimated on the
-  sampled tokens, as on-policy distillation does); or, ``distill_kind = "forward"``, the forward KL
+  reverse KL on the student's own tokens, ``gamma * sg(l - tau) * (1 + l - sg(l))`` with ``tau`` the
+  teacher's log-probability of the sampled token: its value is the k1 estimate ``l - tau`` of
+  ``KL(pi || teacher)`` and its gradient ``(l - tau) grad l`` that of the reverse KL estimated on the
+  sampled tokens (the policy gradient with per-token reward ``tau - l``, as on-policy distillation does); or, ``distill_kind = "forward"``, the forward KL
   over the teacher's top-k renormalised, ``gamma * sum_j q_j (log q_j - s_j)`` with ``q`` the
   teacher's top-k distribution and ``s_j`` the student's log-probability of entry ``j``. Positions
   without teacher data add nothing. ``rl_coef = 0`` leaves distillation alone (pure distillation).
@@ -287,8 +288,8 @@ def _distill_term(
     """``(loss [B, K], covered [B, K] float, kl [B, K] detached)`` of the distillation term, or None
     without teacher data.
 
-    reverse: loss ``sg(l - tau) * l`` (its gradient is the reverse KL's), kl ``l - tau`` (the k1
-    estimate). forward: loss and kl ``sum_j q_j (log q_j - s_j)`` over the teacher's top-k, ``q``
+    reverse: loss ``sg(l - tau) * (1 + l - sg(l))`` (value ``l - tau``, the k1 estimate; gradient the
+    reverse KL's), kl ``l - tau``. forward: loss and kl ``sum_j q_j (log q_j - s_j)`` over the teacher's top-k, ``q``
     renormalised.
     """
     if s.distill_kind == "reverse":
@@ -297,7 +298,7 @@ def _distill_term(
         tau = teacher_logprobs.to(device=logp.device, dtype=logp.dtype)
         covered = ~torch.isnan(tau) & mask
         gap = torch.where(covered, logp.detach() - tau, torch.zeros_like(logp))
-        return gap * logp, covered.to(logp.dtype), gap
+        return gap * (1.0 + logp - logp.detach()), covered.to(logp.dtype), gap
     if teacher_topk is None or student_topk is None:
         return None
     t = teacher_topk.to(device=logp.device, dtype=logp.dtype)

@@ -153,11 +153,11 @@ TEACHER = torch.tensor([[-0.5, -0.5, float("nan")], [-2.0, float("nan"), -1.2]])
 
 
 def test_reverse_kl_distillation_on_the_students_tokens():
-    """gamma * sum_t w_t sg(l - tau) l with grpo's weights 1/(N |o_b|): the gradient is gamma w (l - tau)."""
+    """gamma * sum_t w_t (l - tau) with grpo's weights 1/(N |o_b|); the gradient is gamma w (l - tau)."""
     settings = LossSettings("grpo", rl_coef=0.0, distill_coef=0.5)
     out, grad = _run(settings, teacher_logprobs=TEACHER)
     # covered tokens: (0,0) gap -0.5, (0,1) gap 0, (1,0) gap 0, (1,2) gap 1.0
-    value = 0.5 * ((-0.5 * -1.0) / 2 / 2 + (1.0 * -0.2) / 3 / 2)
+    value = 0.5 * (-0.5 / 2 / 2 + 1.0 / 3 / 2)
     assert out.loss.item() == pytest.approx(value, rel=1e-5)
     expected = torch.zeros(2, 3)
     expected[0, 0] = 0.5 * -0.5 / 4
