@@ -183,10 +183,10 @@ def sequence_logprobs(
 
     Inputs: ``tokens`` [B, K] model input, ``labels`` [B, K] (-100: not scored), ``temperatures``
     [B, 1, 1] or None, ``extra_ids`` [B, K, k] more ids to score at each position (e.g. a teacher's
-    top-k; entries < 0 are padding). Returns ``(logp [B, K], extra [B, K, k] or None)`` float32 (float64
-    for a float64 model) on
-    ``device``, 0 where nothing is scored: the same numbers as ``log_softmax(model(tokens).logits / t)``
-    gathered at those ids, differentiable with respect to the model's parameters.
+    top-k; entries < 0 are padding). Returns ``(logp [B, K], extra [B, K, k] or None)`` on ``device``, float32
+    (float64 for a float64 model), 0 where nothing is scored: the same numbers as
+    ``log_softmax(model(tokens).logits / t)`` gathered at those ids, differentiable with respect to the
+    model's parameters.
 
     ``packed``: run the rows as one padding-free row (see the module docstring); ``chunk_tokens``:
     positions per chunk of the output head (default: :data:`CHUNK_LOGITS` logit entries per chunk).
@@ -196,8 +196,7 @@ def sequence_logprobs(
     if extra_ids is not None:
         scored = scored | (extra_ids >= 0).any(dim=-1)
     lengths = torch.where(scored, torch.arange(1, k + 1), 0).max(dim=1).values  # [B] last scored + 1
-    targets = labels.clamp(min=-1).unsqueeze(-1)  # [B, K, 1]; -100 -> -1 (padding)
-    targets = torch.where(labels.unsqueeze(-1) == IGNORE_INDEX, -1, targets)
+    targets = torch.where(labels == IGNORE_INDEX, -1, labels).unsqueeze(-1)  # [B, K, 1], -1: padding
     if extra_ids is not None:
         targets = torch.cat([targets, extra_ids.to(targets.dtype)], dim=-1)  # [B, K, 1 + k]
     temperature = _temperature(temperatures, b)
@@ -228,9 +227,8 @@ def sequence_logprobs(
     wanted = targets[source_rows, col_index].to(device)  # [n, m]
     temp = temperature[source_rows].to(device)  # [n, 1]
     if head is not None:
-        with _scoring_head(head, flat_positions.to(device), wanted, temp, chunk_tokens or default_chunk_tokens(
-            head.out_features
-        )):  # fmt: skip
+        chunk = chunk_tokens or default_chunk_tokens(head.out_features)
+        with _scoring_head(head, flat_positions.to(device), wanted, temp, chunk):
             scores = model(**call, use_cache=False).logits  # [n, m]
     else:  # full logits, then the same gather
         logits = model(**call, use_cache=False).logits
