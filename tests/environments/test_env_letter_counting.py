@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -10,14 +11,17 @@ from pydantic import ValidationError
 from atroposlib.envs.data_loading import DatasetError
 from environments.letter_counting_environment import (
     DEFAULT_WORD_LIST,
+    DifficultyCurriculum,
     LetterCountingConfig,
     LetterCountingEnv,
     LetterCountingTask,
     count_letter,
     parse_count,
+    parse_counts,
     read_word_list,
     score_reply,
 )
+from tests.helpers.cli_runs import read_jsonl
 from tests.helpers.single_turn_runs import (
     check_groups,
     check_scored_group,
@@ -155,3 +159,119 @@ def test_serve_sends_groups_to_the_api(scripted, api):
     assert served.registration["desired_name"] == "letter_counting" and served.registration["group_size"] == 2
     check_scored_group(served.group, [0.0, 1.0])
     assert "Traceback" not in served.log
+
+
+# ----------------------------------------------------------------------------- 0.4.0's options
+MULTI_QUESTION = re.compile(r"each of the letters (.*?) appear in \"([^\"]*)\"")
+
+
+def test_several_letters_are_asked_and_scored_as_one_json_object():
+    task = _task(max_letters_to_count=4, multi_letter_probability=1.0)
+    items = [task.train_item(i) for i in range(40)]
+    assert all(2 <= len(item.letters) <= 4 and item.multi for item in items)
+    item = items[0]
+    assert item.counts == {c: count_letter(item.text, c) for c in item.letters}
+    assert "each of the letters" in item.question and "\\boxed{{" in item.question
+    right = json.dumps(item.counts)
+    assert score_reply(f"<think>counting</think>\\boxed{{{right}}}", item.counts) == 1.0
+    assert (
+        score_reply(f"\\boxed{{{json.dumps(dict(reversed(list(item.counts.items()))))}}}", item.counts) == 1.0
+    )
+    wrong = {**item.counts, item.letters[0]: item.counts[item.letters[0]] + 1}
+    assert score_reply(f"\\boxed{{{json.dumps(wrong)}}}", item.counts) == 0.0
+    missing = dict(list(item.counts.items())[:-1])
+    assert score_reply(f"\\boxed{{{json.dumps(missing)}}}", item.counts) == 0.0
+    as_strings = {k: str(v) for k, v in item.counts.items()}
+    assert score_reply(f"\\boxed{{{json.dumps(as_strings)}}}", item.counts) == 0.0
+    assert parse_counts('{"a": 1, "A": 2}') is None and parse_counts("[1]") is None
+    assert all(not _task().train_item(i).multi for i in range(40))  # max_letters_to_count 1: one letter
+
+
+def test_difficulty_tiers_shape_the_questions():
+    task = _task()
+    easy = [task.train_item(i, level=1) for i in range(30)]
+    assert all(3 <= len(item.text) <= 8 and item.text.isalpha() and not item.multi for item in easy)
+    assert all(item.level == 1 for item in easy)
+    hard = [task.train_item(i, level=6) for i in range(30)]
+    assert all(40 <= len(item.text) <= 80 and 8 <= len(item.letters) <= 12 for item in hard)
+    assert not set(item.text for item in hard) & set(WORDS)  # random strings, not words
+    top = task.train_item(0, level=10)
+    assert 400 <= len(top.text) <= 500 and len(top.letters) == 26
+
+
+def test_curriculum_moves_one_tier_on_a_full_window_and_filters_groups():
+    config = LetterCountingConfig(difficulty_window_size=20, starting_difficulty_level=3)
+    assert config.curriculum_enabled  # turned on by a difficulty_* setting
+    assert not LetterCountingConfig().curriculum_enabled
+    assert not LetterCountingConfig(adaptive_difficulty=False, starting_difficulty_level=2).curriculum_enabled
+    assert LetterCountingConfig(adaptive_difficulty=True).curriculum_enabled
+    curriculum = DifficultyCurriculum(config)
+    for _ in range(9):
+        curriculum.record(3, 1.0)
+    assert curriculum.level == 3  # fewer than max(10, window / 2) groups: no decision yet
+    curriculum.record(2, 1.0)  # a group of another tier does not count
+    assert curriculum.level == 3
+    curriculum.record(3, 1.0)
+    assert curriculum.level == 4 and curriculum.window == []
+    for _ in range(10):
+        curriculum.record(4, 0.0)
+    assert curriculum.level == 3
+    for _ in range(30):
+        curriculum.record(3, 0.5)
+    assert curriculum.level == 3 and len(curriculum.window) == 20  # within the thresholds, window kept full
+    assert curriculum.trains_on(0.5) and not curriculum.trains_on(0.9) and not curriculum.trains_on(0.1)
+    capped = DifficultyCurriculum(LetterCountingConfig(max_difficulty_level=3, starting_difficulty_level=3))
+    for _ in range(75):
+        capped.record(3, 1.0)
+    assert capped.level == 3
+    with pytest.raises(ValidationError, match="min_difficulty_level"):
+        LetterCountingConfig(min_difficulty_level=5, max_difficulty_level=2)
+    with pytest.raises(ValidationError, match="difficulty_decrease_threshold"):
+        LetterCountingConfig(difficulty_decrease_threshold=0.9, difficulty_increase_threshold=0.5)
+
+
+def _multi_responder():
+    """Right counts for even choice indices, wrong ones for odd ones (one or several letters)."""
+
+    def respond(prompt, index):
+        text = prompt_text(prompt)
+        multi = MULTI_QUESTION.search(text)
+        if multi:
+            counts = {c: count_letter(multi.group(2), c) for c in re.findall(r"'(\w)'", multi.group(1))}
+            counts = {k: v + index % 2 for k, v in counts.items()}
+            return f"<think>counting</think>\\boxed{{{json.dumps(counts)}}}"
+        match = QUESTION.search(text)
+        count = count_letter(match.group(2), match.group(1)) if match else 0
+        return f"<think>counting</think>\\boxed{{{count + index % 2}}}"
+
+    return respond
+
+
+def test_a_config_in_0_4_0_form_runs_the_curriculum(scripted, tmp_path):
+    config = tmp_path / "letters.yaml"
+    config.write_text(
+        "env:\n  group_size: 2\n  total_steps: 2\n  starting_difficulty_level: 6\n"
+        "  difficulty_increase_threshold: 0.9\n  difficulty_decrease_threshold: 0.1\n"
+        "  generation_temperature: 0.5\n  max_generation_tokens: 1024\n"
+    )
+    requests = scripted.command(LetterCountingEnv, "process", ["--config", config], _multi_responder())
+    groups = read_jsonl(tmp_path / "data" / "letter_counting.jsonl")
+    check_groups(groups, 2, [0.0, 1.0])
+    for group in groups:
+        question = group["messages"][0][1]["content"]
+        multi = MULTI_QUESTION.search(question)
+        assert multi and 40 <= len(multi.group(2)) <= 80  # tier 6: a random string, 8-12 letters
+    sampled = [r["body"] for r in requests if r["path"] == "/generate"]
+    assert sampled and all(b["max_tokens"] == 1024 and b["temperature"] == 0.5 for b in sampled)
+
+
+def test_too_easy_groups_are_not_trained(scripted, tmp_path):
+    config = tmp_path / "easy.yaml"
+    config.write_text("env:\n  group_size: 2\n  total_steps: 1\n  max_group_average_for_training: 0.4\n"
+                      "  max_tokens: 64\n  process_max_consecutive_failures: 2\n")  # fmt: skip
+    with pytest.raises(AssertionError, match="items in a row produced no usable group"):
+        scripted.command(LetterCountingEnv, "process", ["--config", config], _multi_responder())
+    assert not (tmp_path / "data" / "letter_counting.jsonl").exists()
+    config.write_text(config.read_text().replace("0.4", "0.5"))  # a group scoring 0.5 is kept
+    scripted.command(LetterCountingEnv, "process", ["--config", config], _multi_responder())
+    check_groups(read_jsonl(tmp_path / "data" / "letter_counting.jsonl"), 1, [0.0, 1.0])
