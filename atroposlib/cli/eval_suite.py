@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a suite of evaluations against one OpenAI-compatible server and write one table.",
         epilog="Further --env.FIELD VALUE flags go to every benchmark whose config has FIELD (e.g. "
         "--env.eval_limit 100, --env.thinking_mode false), --BENCHMARK.FIELD VALUE to that benchmark alone "
-        "(--arc.subset ARC-Easy), --openai.FIELD VALUE flags to the server config.",
+        "(--arc.subset ARC-Easy), --openai.FIELD VALUE flags to the server config, --judge.FIELD VALUE to the "
+        "judge of the judged benchmarks.",
     )
     parser.add_argument("benchmarks", nargs="*", help="suite names (core, mc), benchmark names or eval files")
     parser.add_argument(
