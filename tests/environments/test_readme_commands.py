@@ -141,6 +141,8 @@ def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[
         return research._researcher(research.GOLDS)
     if name == "t1_tool_planning/t1_env.py":
         return _test_module("test_env_t1_tool_planning")._planner()
+    if name == "sft_loader_server.py":
+        return _test_module("test_env_sft_loader")._no_sampling
     if name == "swe_rl_env.py":
         return _test_module("test_env_swe_rl")._responder()
     if name == "mcp_env.py":
@@ -184,7 +186,8 @@ def test_readme_command_runs_as_written(command, tiny_model_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "NotImplementedError" not in result.stderr
     groups = read_jsonl(out)
-    assert len(groups) == 1 and len(set(groups[0]["scores"])) > 1
+    # a group of one (an environment with single-sample scoring, e.g. the SFT loader) has nothing to vary
+    assert len(groups) == 1 and (len(groups[0]["scores"]) == 1 or len(set(groups[0]["scores"])) > 1)
     for tokens, masks in zip(groups[0]["tokens"], groups[0]["masks"], strict=True):
         assert len(tokens) == len(masks) and any(m != -100 for m in masks) and masks[0] == -100
     assert out.with_suffix(".html").exists()
