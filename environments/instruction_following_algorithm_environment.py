@@ -14,6 +14,14 @@ follows, checked strictly on the reply after its think block (:mod:`atroposlib.u
 whose think block never closes, or an empty reply, follows nothing. Groups whose scores are all equal
 carry no learning signal and are skipped (``collect_trajectories`` returns None for them).
 
+Training order (atroposlib 0.4.0's curriculum): the training items form a queue; an item whose group
+averages above ``max_group_average_for_training`` (0.75) or at least 0.9, or, with
+``solve_on_single_correct``, has any reply following every instruction, counts as solved and leaves the
+queue; any other item goes back to its end. When every item is solved the queue starts again with all of
+them. Groups averaging above ``max_group_average_for_training`` are not trained on (too easy).
+``test_set_ratio`` holds that share of the (shuffled, ``dataset_shuffle_seed``) training rows out for
+evaluation instead of the evaluation set, as 0.4.0 did.
+
 Evaluation reports IFEval's four accuracies: ``eval/prompt_level_strict_acc`` (every instruction of a
 prompt followed), ``eval/inst_level_strict_acc`` (share of all instructions followed), and their loose
 variants ``eval/prompt_level_loose_acc`` / ``eval/inst_level_loose_acc`` (the reply also tried without
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -34,6 +43,7 @@ from pydantic import Field
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.groups import ScoredDataGroup
 from atroposlib.envs.reporting import summary_line
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.ifeval import (
@@ -87,6 +97,34 @@ class IFConfig(SingleTurnEnvConfig):
     eval_dataset_path: Optional[str] = Field(
         None, description="local file for evaluation (default: dataset_path when that is set)"
     )
+    test_set_ratio: Optional[float] = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="hold this share of the training rows out for evaluation instead of "
+        "the evaluation set (0.4.0's split; unset: evaluate on eval_dataset_name / eval_dataset_path)",
+    )
+    dataset_shuffle_seed: int = Field(42, description="seed of the shuffle of the training rows")
+    max_group_average_for_training: float = Field(
+        0.75,
+        ge=0.0,
+        le=1.0,
+        description="a group averaging above this is not trained on and its item is solved",
+    )
+    solve_on_single_correct: bool = Field(
+        False,
+        description="an item is solved (leaves the queue) as soon as one reply follows every instruction",
+    )
+
+    original_key_aliases = {"dataset_config_name": "dataset_config"}
+    unsupported_original_keys = {
+        "dump_rollouts": "use --env.data_path_to_save_groups (process writes every group to a JSONL file)",
+        "dump_failed_rollouts": "see dump_rollouts",
+        "rollout_save_score_threshold": "see dump_rollouts",
+        "resume_from_unsolved_dataset": "0.4.0 resumed from its own dump of unsolved items; the queue here "
+        "restarts from the training set",
+        "suppress_base_env_logs": "logging is configured by the logging module, not per environment",
+    }
 
 
 def _missing(row: dict[str, Any], fields: Sequence[str]) -> Optional[str]:
@@ -161,12 +199,24 @@ class InstructionFollowingEnv(LocalServerDefaults, SingleTurnEnv):
             temperature=0.8,
         )
 
+    def __init__(self, config: IFConfig, server_configs, slurm=False, testing=False):
+        super().__init__(config, server_configs, slurm, testing)
+        self.active_train_queue: deque[IFEvalItem] = deque()
+        self.solved_items: list[IFEvalItem] = []
+
     def _load(self) -> tuple[list[IFEvalItem], list[IFEvalItem]]:
         cfg = self.config
         train_hub = hub_split(cfg.dataset_name, cfg.dataset_split, cfg.dataset_config)
         rows = load_rows(cfg.dataset_path, train_hub, [], cfg.dataset_name)
         train = rows_to_items(rows, cfg.dataset_path or cfg.dataset_name)
-        random.Random(42).shuffle(train)
+        random.Random(cfg.dataset_shuffle_seed).shuffle(train)
+        if cfg.test_set_ratio is not None:
+            if len(train) < 2:
+                raise DatasetError(
+                    f"{cfg.dataset_path or cfg.dataset_name}: test_set_ratio needs at least 2 rows, got {len(train)}"
+                )
+            held = min(max(1, round(len(train) * cfg.test_set_ratio)), len(train) - 1)
+            return train[held:], train[:held]
         eval_path = cfg.eval_dataset_path or cfg.dataset_path
         eval_hub = hub_split(cfg.eval_dataset_name, cfg.eval_split, cfg.eval_dataset_config)
         eval_rows = load_rows(eval_path, eval_hub, [], cfg.eval_dataset_name)
@@ -175,6 +225,38 @@ class InstructionFollowingEnv(LocalServerDefaults, SingleTurnEnv):
 
     async def setup(self) -> None:
         self.train, self.test = self._load()
+        self.active_train_queue = deque(self.train)
+        self.solved_items = []
+
+    async def get_next_item(self) -> IFEvalItem:
+        """The front of the queue of unsolved items; once every item is solved, the queue starts again."""
+        if not self.active_train_queue:
+            self.active_train_queue = deque(self.solved_items or self.train)
+            self.solved_items = []
+        self.iter += 1
+        return self.active_train_queue.popleft()
+
+    def is_solved(self, scores: Sequence[float]) -> bool:
+        """Whether a group's scores solve its item (see the module docstring)."""
+        if not scores:
+            return False
+        if self.config.solve_on_single_correct and any(score >= 1.0 for score in scores):
+            return True
+        average = sum(scores) / len(scores)
+        return average > self.config.max_group_average_for_training or average >= 0.9
+
+    def on_group_scored(self, item: IFEvalItem, scores: Sequence[float]) -> None:
+        (self.solved_items if self.is_solved(scores) else self.active_train_queue).append(item)
+
+    async def collect_trajectories(self, item: IFEvalItem) -> tuple[Optional[ScoredDataGroup], list]:
+        group, backlog = await super().collect_trajectories(item)
+        if (
+            group is not None
+            and sum(group["scores"]) / len(group["scores"]) > self.config.max_group_average_for_training
+        ):
+            self.record_group_scores(group["scores"], kept=False, equal_scores=False)
+            return None, backlog
+        return group, backlog
 
     def prompt_messages(self, item: IFEvalItem) -> list[dict[str, str]]:
         return [{"role": "system", "content": system_prompt}, {"role": "user", "content": item.prompt}]

@@ -315,3 +315,71 @@ def test_evaluate_reports_strict_and_loose_accuracy(scripted):
     by_key = {sample["key"]: sample for sample in samples}
     assert by_key[1001]["strict"] == [False, True] and by_key[1001]["loose"] == [True, True]
     assert by_key[1006]["instruction_id_list"] == ["language:response_language"]
+
+
+# -- 0.4.0's curriculum and split ------------------------------------------------------------------------
+
+
+async def _drain(env: InstructionFollowingEnv, scores_of) -> list[str]:
+    """Ask for items and report each one's group scores (``scores_of(item)``); the prompts in order."""
+    seen = []
+    for _ in range(20):
+        item = await env.get_next_item()
+        seen.append(item.prompt)
+        env.on_group_scored(item, scores_of(item))
+    return seen
+
+
+async def test_solved_items_leave_the_queue_until_every_item_is_solved(tiny_model_dir):
+    env = _env(tiny_model_dir)
+    await env.setup()
+    hard = {item.prompt for item in env.train[:2]}
+    # hard items: one full success in four (average 0.25); the others: average 0.8 (above 0.75: solved)
+    order = await _drain(
+        env, lambda item: [0.0, 0.0, 0.0, 1.0] if item.prompt in hard else [1.0, 1.0, 1.0, 0.2]
+    )
+    assert order[:8] == [item.prompt for item in env.train]
+    assert set(order[8:]) == hard  # the solved six left the queue, the two unsolved come round again
+    assert len(env.solved_items) == 6
+
+    single = _env(tiny_model_dir, solve_on_single_correct=True)
+    await single.setup()
+    order = await _drain(single, lambda item: [0.0, 0.0, 0.0, 1.0] if item.prompt in hard else [0.5] * 4)
+    unsolved = set(order[:8]) - hard
+    assert set(order[8:16]) == unsolved  # one reply following everything solves the hard items
+    assert not single.is_solved([0.5, 0.5, 0.5, 0.5]) and single.is_solved([0.0, 1.0])
+    assert env.is_solved([0.95] * 4) and not env.is_solved([0.0, 1.0, 0.0, 0.0])
+
+    everything = _env(tiny_model_dir)
+    await everything.setup()
+    order = await _drain(everything, lambda item: [1.0] * 4)
+    assert order[8:16] == order[:8]  # all solved: the queue starts again with every item
+
+
+async def test_test_set_ratio_holds_training_rows_out_and_the_seed_shuffles(tiny_model_dir):
+    env = _env(tiny_model_dir, test_set_ratio=0.25, dataset_shuffle_seed=3)
+    await env.setup()
+    assert len(env.train) == 6 and len(env.test) == 2
+    assert not {i.prompt for i in env.train} & {i.prompt for i in env.test}
+    other = _env(tiny_model_dir, dataset_shuffle_seed=4)
+    await other.setup()
+    same = _env(tiny_model_dir, dataset_shuffle_seed=4)
+    await same.setup()
+    assert [i.key for i in other.train] == [i.key for i in same.train]
+    seeded = _env(tiny_model_dir, dataset_shuffle_seed=3)
+    await seeded.setup()
+    assert [i.key for i in seeded.train] != [i.key for i in other.train]
+    assert InstructionFollowingEnv.env_config_cls(dataset_config_name="x").dataset_config == "x"
+
+
+def test_groups_above_max_group_average_are_not_trained(scripted, tmp_path):
+    config = tmp_path / "if.yaml"
+    config.write_text(
+        f"env:\n  dataset_path: {IFEVAL}\n  group_size: 4\n  total_steps: 1\n"
+        "  max_group_average_for_training: 0.4\n  process_max_consecutive_failures: 2\n"
+    )
+    with pytest.raises(AssertionError, match="items in a row produced no usable group"):
+        scripted.command(InstructionFollowingEnv, "process", ["--config", config], good_or_bad)
+    config.write_text(config.read_text().replace("0.4\n", "0.5\n"))  # average 0.5 is not above 0.5
+    scripted.command(InstructionFollowingEnv, "process", ["--config", config], good_or_bad)
+    check_groups(read_jsonl(tmp_path / "data" / "instruction_following.jsonl"), 1, [0.0, 0.0, 1.0, 1.0])
