@@ -349,6 +349,11 @@ class TrainingConfig(BaseModel):
                 raise ValueError(
                     "shared_vllm shares memory with a local server; remote servers cannot share it"
                 )
+            if self.vllm_gpu is not None or self.device.startswith("cuda:") and self.device != "cuda:0":
+                raise ValueError(
+                    "shared_vllm runs the server on the trainer's GPU, the first visible one: choose it with "
+                    "CUDA_VISIBLE_DEVICES (and --device cuda), not --vllm-gpu or --device cuda:N"
+                )
         return self
 
     # --- derived values ------------------------------------------------------------------------

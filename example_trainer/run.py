@@ -9,7 +9,7 @@ eager mode, no prefix cache), waits for ``/health``, attaches the trainer to the
 tensors (CUDA IPC on a GPU, shared memory on a CPU; :mod:`example_trainer.shared_weights`) and trains them in
 place: every optimizer step is what the next generation uses, with no refresh. The server's log is
 ``<--log-dir>/vllm_0.log``; it is stopped (its own process group only) when training ends, fails or is
-interrupted. ``--device cuda:N`` puts both on GPU N.
+interrupted. Both run on the first visible GPU (choose it with ``CUDA_VISIBLE_DEVICES``).
 
 The flags are ``atropos-grpo``'s (the original's model, training, GRPO, vLLM, Atropos, wandb and debug
 groups among them); ``--weight-bridge-mode`` may only be ``shared_vllm``, its default here. Exit status
