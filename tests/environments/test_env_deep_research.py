@@ -338,3 +338,6 @@ def test_smolagents_tools_plug_in_as_the_web_backend():
     assert listing.startswith("1. [https://example.org/veldhaven] Veldhaven - Encyclopedia: Veldhaven is")
     assert tool.seen["https://example.org/ossel"] == "Ossel (river)"
     assert parse_search_markdown("no links here", 5) == []
+    default = SmolagentsBackend()  # the web: DuckDuckGo search and the page reader (nothing fetched yet)
+    assert type(default.search_tool).__name__ == "DuckDuckGoSearchTool"
+    assert type(default.visit_tool).__name__ == "VisitWebpageTool"
