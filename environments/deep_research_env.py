@@ -12,8 +12,8 @@ so each question's supporting pages sit among the distractors of every other que
 ``--env.corpus_path FILE`` (JSONL/JSON/Parquet/CSV of ``id``, ``title``, ``text``) searches that
 collection instead. Search is BM25 (``bm25s``), built once per collection and cached on disk
 (``--env.index_cache_dir``). ``--env.search_backend smolagents`` searches the web instead
-(``smolagents``' DuckDuckGo search and page visits; needs network and the ``ddgs`` package); subclasses
-plug any other backend in through :meth:`DeepResearchEnv.make_backend`.
+(``smolagents``' DuckDuckGo search and page visits, installed with the ``agents`` extra; needs network);
+subclasses plug any other backend in through :meth:`DeepResearchEnv.make_backend`.
 
 Episode: the model calls ``search(query, k)`` and ``open(doc_id)`` in Hermes ``<tool_call>`` form over
 several turns (``max_turns`` 8); each call is answered in a ``tool`` turn of ``<tool_response>`` blocks

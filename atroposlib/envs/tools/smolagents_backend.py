@@ -43,8 +43,8 @@ class SmolagentsBackend:
     """Web research through smolagents tools (blocking calls; the research tools run them in a thread).
 
     Args:
-        search_tool: a smolagents search tool (default ``DuckDuckGoSearchTool()``, which needs the ``ddgs``
-            package and network).
+        search_tool: a smolagents search tool (default ``DuckDuckGoSearchTool()``: ``smolagents[toolkit]``,
+            network).
         visit_tool: a smolagents page reader (default ``VisitWebpageTool()``).
     """
 
