@@ -20,6 +20,13 @@ when that JSON validates against the model, 0.0 when it does not, is malformed, 
 the reasoning, or when the reply gives several JSON answers that differ. Groups whose scores are all equal are
 dropped.
 
+Error fixing (``--env.task_type editing``, atroposlib 0.4.0's editing task): each question shows a JSON
+instance of the row's model, built from the model's schema, into which up to ``max_errors_per_item`` errors
+of ``error_types_enabled`` (type, format, constraint, enum, missing required field, extra field, nested,
+list) were put with probability ``error_introduction_probability`` (seeded by ``error_introduction_seed``,
+else ``seed``, and the item's draw), and asks for the corrected JSON; the reward is the same validation.
+Rows for whose model no instance can be built (a string ``pattern``, for one) stay generation questions.
+
 ``python environments/pydantic_schema_following_environment.py {serve,process,evaluate} --openai.base_url ...``
 """
 
@@ -29,17 +36,18 @@ import json
 import logging
 import random
 import re
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Optional
 
 import jsonschema
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.pydantic_source import UnsupportedSource, model_from_source
 from atroposlib.utils.replies import answer_section
+from atroposlib.utils.schema_errors import ERROR_TYPES, introduce_errors, valid_instance
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +67,15 @@ class JsonTarget:
     def __init__(self, model: Optional[type[BaseModel]] = None, schema: Optional[dict] = None) -> None:
         self.model = model
         self.validator = jsonschema.Draft202012Validator(schema) if schema is not None else None
+
+    @property
+    def schema(self) -> dict:
+        """The JSON Schema of the target."""
+        return self.model.model_json_schema() if self.model is not None else self.validator.schema
+
+    def accepts_value(self, value: Any) -> bool:
+        """Whether the JSON value ``value`` validates."""
+        return self.accepts(json.dumps(value))
 
     def accepts(self, text: str) -> bool:
         """Whether the JSON ``text`` validates."""
@@ -141,6 +158,18 @@ class SchemaItem:
     prompt: str
     target: JsonTarget
     problem_id: str
+    #: editing task: the JSON shown to be corrected and the errors put into it
+    shown_json: Optional[str] = None
+    errors: tuple[str, ...] = ()
+
+    @property
+    def question(self) -> str:
+        if self.shown_json is None:
+            return self.prompt
+        return (
+            f"{self.prompt}\n\nThis JSON was written for the model above but may not validate against it:\n"
+            f"```json\n{self.shown_json}\n```\nCorrect it and give the fixed JSON."
+        )
 
 
 class PydanticEnvConfig(SingleTurnEnvConfig):
@@ -159,6 +188,38 @@ class PydanticEnvConfig(SingleTurnEnvConfig):
         description="share of rows held out for evaluation when no evaluation file is given",
     )
     seed: int = Field(42, description="seed of the shuffle and the held-out split")
+    task_type: Literal["generation", "editing"] = Field(
+        "generation",
+        description="generation: write JSON for the request; editing: correct a broken JSON instance",
+    )
+    error_types_enabled: list[str] = Field(
+        default_factory=lambda: list(ERROR_TYPES[:5]),
+        description=f"editing: kinds of errors put into the shown JSON, of {', '.join(ERROR_TYPES)}",
+    )
+    error_introduction_probability: float = Field(
+        1.0, ge=0.0, le=1.0, description="editing: probability that the shown JSON gets errors at all"
+    )
+    max_errors_per_item: int = Field(1, ge=1, description="editing: most errors put into one shown JSON")
+    error_introduction_seed: Optional[int] = Field(
+        None, description="editing: seed of the errors (unset: seed)"
+    )
+
+    original_key_aliases = {"eval_set_percentage": "eval_fraction"}
+    unsupported_original_keys = {
+        "allowed_structured_formats": "replies are checked as JSON only (0.4.0 also asked for YAML, TOML, XML)",
+        "allowed_container_formats": "a reply may use any container (```json fence, <json_output> tags or "
+        "none); none is asked for",
+        "debug_logging": "logging is configured by the logging module, not per environment",
+        "dump_rollouts": "use --env.data_path_to_save_groups (process writes every group to a JSONL file)",
+    }
+
+    @field_validator("error_types_enabled")
+    @classmethod
+    def _known_error_types(cls, kinds: list[str]) -> list[str]:
+        unknown = [k for k in kinds if k not in ERROR_TYPES]
+        if unknown or not kinds:
+            raise ValueError(f"error types must be some of {', '.join(ERROR_TYPES)}; got {kinds}")
+        return kinds
 
 
 class PydanticSchemaFollowingEnv(LocalServerDefaults, SingleTurnEnv):
@@ -228,19 +289,46 @@ class PydanticSchemaFollowingEnv(LocalServerDefaults, SingleTurnEnv):
             self.test_items, self.train_items = items[:held_out], items[held_out:]
 
     async def get_next_item(self) -> SchemaItem:
-        return self.next_in_turn(self.train_items)
+        draw = self.iter
+        return self.task_item(self.next_in_turn(self.train_items), f"train:{draw}")
+
+    def task_item(self, item: SchemaItem, draw: str) -> SchemaItem:
+        """``item`` as this config's task: unchanged for generation; for editing, with a shown JSON instance
+        and (with ``error_introduction_probability``) errors put into it, seeded by the draw."""
+        cfg = self.config
+        if cfg.task_type != "editing":
+            return item
+        instance = valid_instance(item.target.schema, item.target.accepts_value)
+        if instance is None:
+            return item
+        seed = cfg.seed if cfg.error_introduction_seed is None else cfg.error_introduction_seed
+        rng = random.Random(f"schema-errors:{seed}:{item.problem_id}:{draw}")
+        errors: list[str] = []
+        if rng.random() < cfg.error_introduction_probability:
+            instance, errors = introduce_errors(
+                instance,
+                item.target.schema,
+                item.target.accepts_value,
+                error_types=cfg.error_types_enabled,
+                max_errors=cfg.max_errors_per_item,
+                rng=rng,
+            )
+        return replace(item, shown_json=json.dumps(instance, indent=2), errors=tuple(errors))
 
     def prompt_messages(self, item: SchemaItem) -> list[dict[str, str]]:
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.prompt}]
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.question}]
 
     def score_reply(self, reply: str, item: SchemaItem) -> float:
         return score_reply(reply, item.target)
 
     def eval_items(self) -> list[SchemaItem]:
-        return self.test_items
+        return [self.task_item(item, f"eval:{i}") for i, item in enumerate(self.test_items)]
 
     def eval_sample_fields(self, item: SchemaItem) -> dict:
-        return {"problem_id": item.problem_id, "prompt": item.prompt}
+        fields = {"problem_id": item.problem_id, "prompt": item.prompt}
+        if item.shown_json is not None:
+            fields.update(shown_json=item.shown_json, errors=list(item.errors))
+        return fields
 
 
 if __name__ == "__main__":

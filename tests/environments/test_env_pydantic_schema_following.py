@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from atroposlib.utils.pydantic_source import UnsupportedSource, model_from_source
 from environments.pydantic_schema_following_environment import (
+    PydanticEnvConfig,
     PydanticSchemaFollowingEnv,
     extract_json,
     score_reply,
@@ -224,3 +225,64 @@ def test_evaluate_reports_accuracy(scripted):
     assert metrics["eval/percent_correct"] == 1.0
     assert len(samples) == 5 and {s["problem_id"] for s in samples} == set(ROWS)
     assert "pydantic_schema_following evaluation: percent_correct=1.0000" in out
+
+
+# ------------------------------------------------------------------------------ 0.4.0's editing task
+async def _editing_items(tiny_model_dir, **settings):
+    env = _env(tiny_model_dir, dataset_path=str(SAMPLE), eval_dataset_path=str(SAMPLE), **settings)
+    await env.setup()
+    return env, env.eval_items()
+
+
+def _shown(item):
+    return json.loads(item.shown_json)
+
+
+async def test_editing_shows_a_broken_instance_of_the_model(tiny_model_dir):
+    env, items = await _editing_items(tiny_model_dir, task_type="editing", error_introduction_seed=5)
+    editable = [item for item in items if item.shown_json is not None]
+    assert {item.problem_id for item in editable} == {"schema-1", "schema-3", "schema-4"}  # no pattern fields
+    for item in editable:
+        assert len(item.errors) == 1 and item.errors[0] in env.config.error_types_enabled
+        assert not item.target.accepts(item.shown_json)  # the shown JSON breaks the model
+        messages = env.prompt_messages(item)
+        assert item.prompt in messages[1]["content"] and item.shown_json in messages[1]["content"]
+        assert "Correct it" in messages[1]["content"]
+    generation = [item for item in items if item.shown_json is None]
+    assert all(env.prompt_messages(item)[1]["content"] == item.prompt for item in generation)
+    again = (await _editing_items(tiny_model_dir, task_type="editing", error_introduction_seed=5))[1]
+    assert [i.shown_json for i in again] == [i.shown_json for i in items]  # seeded
+    _, plain = await _editing_items(tiny_model_dir)
+    assert all(item.shown_json is None for item in plain)  # task_type generation (the default)
+
+
+async def test_error_settings_shape_the_shown_json(tiny_model_dir):
+    _, clean = await _editing_items(tiny_model_dir, task_type="editing", error_introduction_probability=0.0)
+    for item in (i for i in clean if i.shown_json is not None):
+        assert item.errors == () and item.target.accepts(item.shown_json)
+    _, missing = await _editing_items(
+        tiny_model_dir, task_type="editing", error_types_enabled=["required_field_missing"]
+    )
+    book = next(i for i in missing if i.problem_id == "schema-1")
+    assert book.errors == ("required_field_missing",) and len(_shown(book)) == 2
+    _, two = await _editing_items(
+        tiny_model_dir, task_type="editing", max_errors_per_item=2, error_types_enabled=["constraint_error"]
+    )
+    book = next(i for i in two if i.problem_id == "schema-1")
+    assert book.errors == ("constraint_error", "constraint_error")
+    with pytest.raises(ValidationError, match="error types must be some of"):
+        PydanticEnvConfig(error_types_enabled=["typo_error"])
+    assert PydanticEnvConfig(eval_set_percentage=0.3).eval_fraction == 0.3
+
+
+def test_process_runs_the_editing_task_from_a_config_in_0_4_0_form(scripted, tmp_path):
+    config = tmp_path / "editing.yaml"
+    config.write_text(
+        f"env:\n  dataset_path: {SAMPLE}\n  group_size: 2\n  total_steps: 4\n  max_tokens: 200\n"
+        "  task_type: editing\n  error_types_enabled: [type_error]\n  error_introduction_seed: 1\n"
+    )
+    scripted.command(PydanticSchemaFollowingEnv, "process", ["--config", config], _responder())
+    groups = read_jsonl(tmp_path / "data" / "pydantic_schema_following.jsonl")
+    check_groups(groups, 4, [0.0, 1.0])
+    edited = [g for g in groups if "may not validate" in g["messages"][0][1]["content"]]
+    assert edited  # editing questions were asked (rows with pattern fields stay generation questions)
