@@ -1,0 +1,1 @@
+"""The community collection: the original's community environments under their own names (see README.md)."""
