@@ -111,3 +111,20 @@ def test_shared_prompts_and_row_by_row_give_the_same_distillation_step(tiny_conf
     assert shared_metrics["loss"] == pytest.approx(row_metrics["loss"], rel=1e-4)
     for a, b in zip(shared, rows, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)  # weights after one Adam step of lr 1e-3
+
+
+def test_step_logs_the_engine_trainer_mismatch_and_truncates_with_tis(tiny_config):
+    """Inference logprobs perturbed far from the trainer's: the step reports the log-ratio's mean and max
+    (the max over micro-batches, not their mean) and, with --tis-cap, the truncated share of tokens."""
+    groups = [make_group(n=4, seed=11 + i, scores=[1.0, 0.0, 0.5, 0.0]) for i in range(2)]
+    for g in groups:  # the engine claims every token was almost certain: pi_trainer / pi_inference << 1
+        g["inference_logprobs"] = [[-0.01] * len(t) for t in g["tokens"]]
+    groups[1]["inference_logprobs"] = [[-30.0] * len(t) for t in groups[1]["tokens"]]  # and far too unlikely
+    config = tiny_config.model_copy(update={"tis_cap": 2.0, "batch_size": 4})
+    metrics, _ = _step(config, groups)
+    # micro-batch 0: log ratios l + 0.01 < 0; micro-batch 1: l + 30 > 0, all truncated at the cap
+    assert metrics["mismatch_log_ratio_max"] > 20
+    assert metrics["tis_truncated_fraction"] == pytest.approx(0.5)
+    plain, _ = _step(tiny_config.model_copy(update={"batch_size": 4}), groups)
+    assert plain["mismatch_log_ratio_max"] == pytest.approx(metrics["mismatch_log_ratio_max"], rel=1e-4)
+    assert "tis_truncated_fraction" not in plain
