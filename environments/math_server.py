@@ -20,6 +20,12 @@ different values score -1 (the same value boxed twice, in any form, is one answe
 limit per check (``--env.check_timeout_s``): a check that runs over scores -1 and never stalls the
 environment. Groups whose scores are all equal carry no learning signal and are dropped.
 
+Judge and self-correction groups (atroposlib 0.4.0's ``percent_to_judge``, ``percent_length_penalty`` and
+``mask_too_long_completions``; :mod:`atroposlib.envs.self_judging`): after a group with a right and a wrong
+reply, with probability ``percent_to_judge`` the policy judges one right and one wrong answer (scored on its
+verdict; on the wrong answer by how often its own self-corrections then reach the gold answer), and
+self-correction groups whose scores differ are trained too. Off by default here (0.4.0's default was 0.3).
+
 Evaluation answers every item once and reports ``eval/<set>_percent_correct`` per set,
 ``eval/overall_percent_correct`` and ``eval/percent_correct`` (all items); ``--env.eval_limit N`` keeps
 the first N items with the sets taken in turn.
@@ -42,6 +48,8 @@ from pydantic import Field, field_validator
 from atroposlib.envs.base import EvalHandlingEnum
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import check_rows, hub_split, load_rows, read_local_rows
+from atroposlib.envs.groups import ScoredDataGroup
+from atroposlib.envs.self_judging import JudgeTask, SelfCorrectGroup, SelfJudgingRounds
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.math_checking import DEFAULT_TIMEOUT_S, MathChecker, gold_latex, reply_answers
 
@@ -103,6 +111,15 @@ class MathEnvConfig(SingleTurnEnvConfig):
     check_workers: Optional[int] = Field(
         None, ge=1, description="worker processes checking answers (default: up to 4, at most the CPU count)"
     )
+    percent_to_judge: float = Field(
+        0.0, ge=0.0, le=1.0, description="share of mixed groups followed by judge and self-correction rounds"
+    )
+    percent_length_penalty: float = Field(
+        0.0, ge=0.0, le=1.0, description="share of all-right groups scored by length instead of dropped"
+    )
+    mask_too_long_completions: bool = Field(
+        True, description="replies cut at their token budget carry set_advantage_to_zero (not trained)"
+    )
 
     @field_validator("eval_sets")
     @classmethod
@@ -138,7 +155,7 @@ def interleave(sets: Sequence[Sequence[MathItem]]) -> list[MathItem]:
     return items
 
 
-class MathEnv(LocalServerDefaults, SingleTurnEnv):
+class MathEnv(SelfJudgingRounds, LocalServerDefaults, SingleTurnEnv):
     """Competition math with boxed answers checked by ``math_verify`` (see the module docstring)."""
 
     name = "math"
@@ -150,6 +167,7 @@ class MathEnv(LocalServerDefaults, SingleTurnEnv):
     def __init__(self, config: MathEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.checker = MathChecker(timeout_s=config.check_timeout_s, workers=config.check_workers)
+        self.judge_rng = random.Random(0)
 
     @classmethod
     def default_env_config(cls) -> MathEnvConfig:
@@ -212,6 +230,37 @@ class MathEnv(LocalServerDefaults, SingleTurnEnv):
         concurrently in the checker's worker processes)."""
         checks = [self.checker.matches_all(item.gold, self.extract_answers(reply)) for reply in replies]
         return [1.0 if right else -1.0 for right in await asyncio.gather(*checks)]
+
+    # -- judge and self-correction rounds (atroposlib.envs.self_judging) ---------------------------------
+    def problem_text(self, item: MathItem) -> str:
+        return item.problem
+
+    async def check(self, item: MathItem, reply: str) -> bool:
+        return await self.checker.matches_all(item.gold, self.extract_answers(reply))
+
+    async def collect_trajectories(self, item: Any) -> tuple[Optional[ScoredDataGroup], list]:
+        if isinstance(item, JudgeTask):
+            return await self.judge_round(item)
+        if isinstance(item, SelfCorrectGroup):
+            return item.group, []
+        sampled = await self.sample_group(item)
+        if sampled is None:
+            return None, []
+        messages, replies, nodes = sampled
+        scores = [float(s) for s in await self.score_replies_async(replies, item)]
+        self.percent_correct_buffer.extend(1.0 if s >= self.correct_threshold else 0.0 for s in scores)
+        self.on_group_scored(item, scores)
+        backlog = self.judge_tasks(item, replies, scores, nodes)
+        if len(set(scores)) <= 1:
+            penalised = self.length_penalised(scores, nodes) if scores and scores[0] > 0 else None
+            if penalised is None:
+                self.record_group_scores(scores, kept=False, equal_scores=True)
+                return None, backlog
+            scores = penalised
+        overrides = self.judging_overrides(nodes)
+        return self.build_group(
+            messages, replies, nodes, scores, overrides if any(overrides) else None
+        ), backlog
 
     # -- evaluation -------------------------------------------------------------------------------------
     def eval_sample_fields(self, item: MathItem) -> dict[str, Any]:

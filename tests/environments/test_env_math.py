@@ -226,3 +226,69 @@ def test_serve_sends_groups_and_stops_cleanly(scripted, api):
     assert served.registration["desired_name"] == "math" and served.registration["group_size"] == 4
     check_scored_group(served.group, [-1.0, -1.0, 1.0, 1.0])
     assert "Traceback" not in served.log  # the checker's worker processes stop with the environment
+
+
+# -- 0.4.0's judge and self-correction groups ------------------------------------------------------------
+def judging_responder(prompt: Any, index: int) -> str:
+    """Problems: even choices right, odd ones wrong. Judge prompts: even choices give the right verdict,
+    odd ones the wrong one. Self-correction prompts: even choices right, odd ones wrong."""
+    text = prompt_text(prompt)
+    row = _row_of(prompt)
+    right = index % 2 == 0
+    if "Is its final answer correct?" in text:
+        solution = text.split("[SOLUTION]")[1].split("[END SOLUTION]")[0]
+        truth = "\\boxed{0}" not in solution
+        return f"<think>Checking.</think>\\boxed{{{truth if right else not truth}}}"
+    answer = OTHER_FORM[row["answer"]] if right else "0"
+    return f"<think>Working it out.</think>\\boxed{{{answer}}}"
+
+
+def test_verdicts_and_length_scores():
+    from atroposlib.envs.self_judging import length_scores, verdict
+
+    assert verdict("<think>x</think>\\boxed{True}") is True and verdict("\\boxed{\\text{false}}") is False
+    assert verdict("\\boxed{True} \\boxed{False}") is None and verdict("<think>\\boxed{True}</think>") is None
+    assert length_scores([100, 150, 200]) == pytest.approx([1.0, 0.0, -1.0])
+    assert length_scores([100, 105]) is None  # within 10 %: no length signal
+
+
+def test_process_trains_judge_and_self_correction_groups(scripted, tmp_path):
+    config = tmp_path / "math.yaml"
+    config.write_text(
+        f"env:\n  dataset_path: {SAMPLE}\n  group_size: 4\n  total_steps: 4\n  max_tokens: 128\n"
+        "  percent_to_judge: 1.0\n  mask_too_long_completions: true\n  check_timeout_s: 10\n"
+    )
+    scripted.command(MathEnv, "process", ["--config", config], judging_responder)
+    groups = read_jsonl(tmp_path / "data" / "math.jsonl")
+    assert len(groups) == 4
+    kinds = {}
+    for group in groups:
+        user = group["messages"][0][1]["content"]
+        kind = (
+            "judge"
+            if "Is its final answer correct?" in user
+            else "retry"
+            if "Solve the problem again" in user
+            else "problem"
+        )
+        kinds.setdefault(kind, []).append(sorted(group["scores"]))
+    assert kinds["problem"][0] == [-1.0, -1.0, 1.0, 1.0]
+    # judging a right answer: right verdicts +1, wrong ones -1; judging a wrong answer: a right verdict
+    # scores the share of its self-corrections that reach the gold answer (half of them here)
+    assert sorted(kinds["judge"]) == [[-1.0, -1.0, 0.5, 0.5], [-1.0, -1.0, 1.0, 1.0]]
+    assert kinds["retry"][0] == [-1.0, -1.0, 1.0, 1.0]  # the self-correction group, trained too
+
+
+def test_judging_is_off_by_default_and_drawn_with_percent_to_judge(tiny_model_dir):
+    env = _env(tiny_model_dir)
+    try:
+        assert env.config.percent_to_judge == 0.0
+        assert env.judge_tasks(ROWS[0], ["\\boxed{1}", "\\boxed{0}"], [1.0, -1.0], [object(), object()]) == []
+        env.config.percent_to_judge = 1.0
+        tasks = env.judge_tasks(
+            ROWS[0], ["<think>a</think>\\boxed{1}", "\\boxed{0}"], [1.0, -1.0], [None, None]
+        )
+        assert [(t.solution, t.correct) for t in tasks] == [("\\boxed{1}", True), ("\\boxed{0}", False)]
+        assert env.judge_tasks(ROWS[0], ["\\boxed{1}"] * 2, [1.0, 1.0], [None, None]) == []
+    finally:
+        env.checker.close()
