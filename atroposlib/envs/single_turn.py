@@ -232,7 +232,11 @@ class SingleTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
         if not items:
             logger.warning("%s: no evaluation items; nothing evaluated", self.name)
             return
-        samples, start, end = await self.run_evaluation(self._eval_one, items)
+        results, start, end = await self.run_evaluation(self._eval_one, items)
+        samples = [s for s in results if s is not None]  # an item _eval_one could not pose is left out
+        if not samples:
+            logger.warning("%s: no evaluation item could be answered; nothing evaluated", self.name)
+            return
         metrics = self.evaluation_metrics(samples)
         await self.report_evaluation(
             metrics,

@@ -12,7 +12,8 @@ latter the training file is evaluated too). A row's picture may be a Pillow imag
 ``{"bytes", "path"}`` dict, a path relative to the data file, a data URI, base64 or an ``http(s)`` URL
 (see :mod:`atroposlib.utils.images`); a local file's pictures are all checked at start-up, so an
 unreadable one stops the environment with one line naming the file, the row and the field. URLs are
-fetched when their item is sampled; an item whose picture cannot be fetched is skipped with a warning.
+fetched when their item is sampled; an item whose picture cannot be fetched is skipped with a warning (in
+training and in evaluation, whose metrics are then over the items that could be posed).
 
 Sampling: the picture goes to the model as an ``image_url`` part (PNG data URL) of the user turn, through
 the chat route of whatever OpenAI-compatible server serves a vision-language model (ManagedServer's token
@@ -263,6 +264,13 @@ class VisionQAEnv(LocalServerDefaults, SingleTurnEnv):
     async def sample_eval_reply(self, item: VisionItem, sem: asyncio.Semaphore) -> tuple[list[dict], str]:
         messages, reply = await super().sample_eval_reply(item, sem)
         return [text_content(m) for m in messages], reply
+
+    async def _eval_one(self, item: VisionItem, sem: asyncio.Semaphore) -> Optional[dict[str, Any]]:
+        try:
+            return await super()._eval_one(item, sem)
+        except ImageError as exc:
+            logger.warning("%s: evaluation row %d left out: %s", self.name, item.row, exc)
+            return None
 
     def score_reply(self, reply: str, item: VisionItem) -> float:
         return float(self.score_answer(reply, item))

@@ -256,3 +256,23 @@ def test_serve_sends_groups_with_pictures_from_a_chat_endpoint(scripted, api, tm
     assert served.registration["desired_name"] == "pixmo_clocks"
     assert len(served.group["images"]) == 2 and sorted(served.group["scores"]) == [0.0, 1.0]
     assert all(r["path"] == "/v1/chat/completions" for r in served.requests)
+
+
+def test_a_picture_that_cannot_be_fetched_leaves_its_item_out(scripted, tmp_path):
+    data_file = write_vision_fixtures(tmp_path / "fixtures")["pixmo_count"]
+    rows = [json.loads(line) for line in data_file.read_text().splitlines()]
+    gone = {"image_url": "http://127.0.0.1:9/gone.png", "label": "dots", "count": 1, "image_sha256": "x"}
+    path = write_jsonl(data_file.parent / "with_gone.jsonl", [*rows[:2], gone, *rows[2:]])
+    respond = _responder(PixmoCountEnv, data_file, lambda index, row: row % 2 == 0)
+    evaluation = scripted.evaluation(
+        PixmoCountEnv, ["--env.dataset_path", path, "--env.max_tokens", "64"], respond, server_type=None
+    )
+    assert [s["row"] for s in evaluation.samples] == [0, 1, 3, 4]  # row 2's picture is unreachable
+    assert evaluation.metrics["eval/percent_correct"] == 0.5 and len(evaluation.requests) == 4
+
+
+async def test_training_skips_an_item_whose_picture_cannot_be_fetched(tiny_model_dir, tmp_path):
+    gone = {"image_url": "http://127.0.0.1:9/gone.png", "label": "dots", "count": 1}
+    env = offline_env(PixmoCountEnv, tiny_model_dir, dataset_path=write_jsonl(tmp_path / "r.jsonl", [gone]))
+    await env.setup()  # URLs are not fetched at start-up
+    assert await env.collect_trajectories(env.train[0]) == (None, [])
