@@ -14,6 +14,7 @@ a row without one fails with a line that says so.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import inspect
 import itertools
@@ -141,6 +142,10 @@ def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[
         return research._researcher(research.GOLDS)
     if name == "t1_tool_planning/t1_env.py":
         return _test_module("test_env_t1_tool_planning")._planner()
+    if name == "infinimath/infinimath_env.py":
+        infinimath = _test_module("test_env_infinimath")
+        problems, _ = asyncio.run(infinimath._problems(tiny_model_dir, 1))
+        return infinimath._solver(problems, lambda problem, index: index % 2 == 0)
     if name == "sft_loader_server.py":
         return _test_module("test_env_sft_loader")._no_sampling
     if name == "swe_rl_env.py":
