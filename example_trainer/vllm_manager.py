@@ -17,7 +17,10 @@ With ``backend="hf"`` the server is ``python -m example_trainer.hf_generation`` 
 ``/health``, ``/generate``, ``/bridge/update_weights`` and LoRA routes (adapters merged into a copy of the
 base weights), so every mode works the same way.
 
-Only the manager's own process group is ever signalled (never by name, port or GPU). A server
+Only the manager's own process group is ever signalled (never by name, port or GPU), and the server
+never outlives the trainer: it gets SIGTERM when the trainer dies, and a server recorded in
+``<log_dir>/inference_<port>.pid`` whose trainer is gone is stopped before a new one starts on that port
+(:mod:`example_trainer.server_lifetime`), so ``--resume`` after a ``kill -9`` just works. A server
 that dies is detected (a watcher thread and every call check it), reported with the tail of its
 log and restarted once; a second death raises :class:`VllmDiedError`.
 """
@@ -41,6 +44,7 @@ import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from atroposlib.testing.processes import ServiceNotReady, read_tail, stop_process, wait_until_ok
+from example_trainer.server_lifetime import ServerPidFile, bound_to_parent
 from example_trainer.weight_refresh import (
     WeightUpdateError,
     WeightUpdateUnsupported,
@@ -199,6 +203,13 @@ def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
+
+
+def _wait_port_free(host: str, port: int, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for ``host:port`` to stop accepting connections."""
+    deadline = time.monotonic() + timeout
+    while port_in_use(host, port) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 class VllmManager:
@@ -466,8 +477,16 @@ class VllmManager:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         return env
 
+    @property
+    def pid_file(self) -> ServerPidFile:
+        """The record of this port's server (:mod:`example_trainer.server_lifetime`), beside its logs."""
+        return ServerPidFile(Path(self.config.log_dir) / f"inference_{self.config.vllm_port}.pid")
+
     def _launch(self, model_path: str) -> None:
         cfg = self.config
+        # A server left running by an earlier trainer on this port that was killed outright: stop it.
+        if self.pid_file.stop_stale(cfg.stop_timeout) is not None:
+            _wait_port_free(cfg.vllm_host, cfg.vllm_port, timeout=10.0)
         if port_in_use(cfg.vllm_host, cfg.vllm_port):
             raise VllmStartError(
                 f"port {cfg.vllm_port} on {cfg.vllm_host} is already in use by another process; "
@@ -481,9 +500,15 @@ class VllmManager:
         with open(self._log_path, "ab") as log:
             log.write(("$ " + " ".join(cmd) + "\n").encode())
             log.flush()
+            # The server gets SIGTERM if the trainer dies without stopping it (server_lifetime).
             self._proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=self._environment(), start_new_session=True
+                bound_to_parent(cmd),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._environment(),
+                start_new_session=True,
             )
+        self.pid_file.record(self._proc.pid, cfg.vllm_host, cfg.vllm_port)
         self._launches += 1
         self._model_path = model_path
         self._serving = False
@@ -519,6 +544,7 @@ class VllmManager:
             # Engine workers run in the same process group; make sure none outlive the server.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            self.pid_file.clear(proc.pid)
         finally:
             self._stopping = False
 
