@@ -48,7 +48,7 @@ def warn_unknown_keys(model_cls: type[BaseModel], data: Any) -> list[str]:
         return []
     unknown = [k for k in data if isinstance(k, str) and k not in known_config_keys(model_cls)]
     for key in unknown:
-        if key in COMPAT_ENV_KEYS:
+        if key in COMPAT_ENV_KEYS or key in getattr(model_cls, "ignored_original_keys", {}):
             continue
         marker = (model_cls.__qualname__, key)
         if marker not in _reported_unknown:
@@ -90,6 +90,9 @@ class BaseEnvConfig(BaseModel):
 
     #: 0.4.0 key names this config accepts for its own fields: ``{0.4.0 name: field name}``.
     original_key_aliases: ClassVar[dict[str, str]] = {}
+    #: Keys the 0.4.0 version of this environment's config defined without an effect there, accepted here
+    #: and dropped, each with why (the per-environment counterpart of :data:`COMPAT_ENV_KEYS`).
+    ignored_original_keys: ClassVar[dict[str, str]] = {}
     #: Keys the 0.4.0 version of this environment's config defined that are refused here, each with why;
     #: ``serve``/``process``/``evaluate`` name the reason instead of "unknown key".
     unsupported_original_keys: ClassVar[dict[str, str]] = {}

@@ -17,6 +17,12 @@ The ``env:`` section of the ``--config`` file (or ``--env.*`` flags) names the d
   registered names. Every reward gets the row's answer as ``solution`` and its ground truth as
   ``ground_truth``.
 
+Settings of atroposlib 0.4.0's dataset environment: ``length_warmup_steps`` grows the reply budget from
+``min_tokens`` to ``max_tokens`` over that many trainer steps; ``include_messages_in_scoring: false`` sends
+groups without their messages; ``debug_mode`` logs at DEBUG level; ``max_generations_per_prompt`` is
+accepted and has no effect (as in 0.4.0, where one reply was sampled per call). 0.4.0's flat files (every
+setting at the top level, servers under ``server_configs``) are read as they are with ``--config``.
+
 Reply form (``strict_reply_form``, on by default): a reply whose ``<think>`` block is malformed (unclosed, or
 several) or whose answer part holds different ``\\boxed{}`` answers scores 0 whatever the rewards say, since
 those are the first reward hacks a model finds. A reply counts as correct in ``eval/percent_correct`` when its
@@ -26,6 +32,7 @@ are all equal are dropped.
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any, Optional, Union
 
@@ -38,6 +45,7 @@ from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers, final_boxed_answer
 
 RewardSpec = Union[str, dict[str, Any]]
+logger = logging.getLogger(__name__)
 
 
 def normalize_reward_spec(entry: RewardSpec) -> RewardSpec:
@@ -105,6 +113,19 @@ class DatasetEnvConfig(SingleTurnEnvConfig):
     eval_correct_threshold: float = Field(
         1.0, description="an evaluation reply is correct at this reward or more"
     )
+    include_messages_in_scoring: Optional[bool] = Field(
+        None, description="false: groups carry no messages (unset or true: they do, as always here)"
+    )
+    debug_mode: bool = Field(False, description="log this environment's steps at DEBUG level")
+    length_warmup_steps: int = Field(
+        0, ge=0, description="trainer steps over which the reply budget grows from min_tokens to max_tokens"
+    )
+    min_tokens: int = Field(0, ge=0, description="reply budget at step 0 when length_warmup_steps is set")
+
+    ignored_original_keys = {
+        "max_generations_per_prompt": "0.4.0's dataset environment sampled one reply per call whatever it said; "
+        "group_size sets the replies per prompt",
+    }
     temperature: float = Field(0.7, ge=0.0, description="sampling temperature of training rollouts")
     top_p: float = Field(0.9, gt=0.0, le=1.0, description="nucleus-sampling mass of training rollouts")
 
@@ -131,7 +152,12 @@ class DatasetEnv(LocalServerDefaults, SingleTurnEnv):
     env_config_cls = DatasetEnvConfig
     config: DatasetEnvConfig
 
+    #: 0.4.0 read this environment's settings from flat files (no env: section, servers in server_configs).
+    flat_config_form = True
+
     def __init__(self, config: DatasetEnvConfig, server_configs, slurm=False, testing=False):
+        if config.debug_mode:
+            logger.setLevel(logging.DEBUG)
         if not config.prompt_field:
             raise ValueError("set env.prompt_field: the row field holding the prompt")
         if not (config.dataset_name or config.dataset_path):
@@ -192,6 +218,23 @@ class DatasetEnv(LocalServerDefaults, SingleTurnEnv):
 
     def prefill(self, row: dict[str, Any]) -> str:
         return self.config.prefill or ""
+
+    @property
+    def generation_budget(self) -> int:
+        """The reply budget: with ``length_warmup_steps``, ``min_tokens`` growing linearly to the full budget
+        (``max_tokens``, else ``max_token_length``) over that many trainer steps; else the full budget."""
+        full = super().generation_budget
+        steps = self.config.length_warmup_steps
+        if steps <= 0:
+            return full
+        progress = min(1.0, self.curr_step / steps)
+        return max(1, int(self.config.min_tokens + progress * (full - self.config.min_tokens)))
+
+    async def collect_trajectories(self, row: dict[str, Any]):
+        group, backlog = await super().collect_trajectories(row)
+        if group is not None and self.config.include_messages_in_scoring is False:
+            group["messages"] = None
+        return group, backlog
 
     def score_replies(self, replies, row: dict[str, Any]) -> list[float]:
         cfg = self.config

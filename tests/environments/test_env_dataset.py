@@ -219,3 +219,37 @@ def test_serve_with_a_yaml_config(scripted, api):
     assert served.registration["desired_name"] == "dataset_env_gsm8k"  # the YAML's wandb_name
     check_scored_group(served.group, [0.0, 1.0])
     assert "Traceback" not in served.log
+
+
+# ----------------------------------------------------------------------------- 0.4.0's settings
+def test_length_warmup_grows_the_reply_budget_and_debug_mode_logs_more(tiny_model_dir):
+    import logging
+
+    env = _env(
+        tiny_model_dir, "dataset_env_gsm8k.yaml", max_tokens=1000, min_tokens=200, length_warmup_steps=10
+    )
+    budgets = []
+    for step in (0, 5, 10, 20):
+        env.curr_step = step
+        budgets.append(env.generation_budget)
+    assert budgets == [200, 600, 1000, 1000]
+    assert (
+        _env(tiny_model_dir, "dataset_env_gsm8k.yaml", max_tokens=1000, min_tokens=200).generation_budget
+        == 1000
+    )
+    _env(tiny_model_dir, "dataset_env_gsm8k.yaml", debug_mode=True)
+    assert logging.getLogger(DatasetEnv.__module__).level == logging.DEBUG
+    logging.getLogger(DatasetEnv.__module__).setLevel(logging.NOTSET)
+
+
+def test_an_original_flat_config_runs_with_its_settings(scripted, tmp_path):
+    """0.4.0's own gsm8k.yaml (flat, servers under server_configs): its warm-up starts the budget at
+    min_tokens, and include_messages_in_scoring: false sends groups without messages."""
+    args = ["--config", FIXTURES / "original_configs" / "gsm8k.yaml", "--env.dataset_path", GSM8K_SAMPLE,
+            "--env.group_size", "2", "--env.total_steps", "1", "--env.include_messages", "false",
+            "--env.use_wandb", "false"]  # fmt: skip
+    requests = scripted.command(DatasetEnv, "process", args, gsm8k_responder())
+    sampled = [r["body"] for r in requests if r["path"] == "/generate"]
+    assert sampled and all(b["max_tokens"] == 2048 and b["temperature"] == 0.7 for b in sampled)
+    (group,) = read_jsonl(tmp_path / "data" / "dataset.jsonl")
+    assert group["messages"] is None and len(set(group["scores"])) == 2

@@ -34,7 +34,7 @@ from atroposlib.envs.cli.config import (
     CliUsageError,
     build_env_config,
     build_manager_config,
-    env_keys_of,
+    flat_env_keys_of,
     load_yaml_config,
     mode_env_defaults,
     resolve_server_configs,
@@ -124,7 +124,7 @@ class CliCommand(BaseModel):
         cls = type(self)
         config_path = getattr(self, CONFIG_FIELD, None)
         env_config_cls = type(cls.init_env_config)
-        flat = env_keys_of(env_config_cls) if getattr(cls.env_cls, "flat_config_form", False) else None
+        flat = flat_env_keys_of(env_config_cls) if getattr(cls.env_cls, "flat_config_form", False) else None
         doc = load_yaml_config(config_path, flat_env_keys=flat)
         env_config = build_env_config(
             cls.env_cls,

@@ -87,6 +87,16 @@ def env_keys_of(env_config_cls: type[BaseModel]) -> set[str]:
     return known_config_keys(env_config_cls)
 
 
+def flat_env_keys_of(env_config_cls: type[BaseModel]) -> set[str]:
+    """The keys a flat 0.4.0 file of ``env_config_cls`` may hold at its top level: the accepted ones and the
+    0.4.0 keys ignored or refused here (which then get their reason)."""
+    return (
+        env_keys_of(env_config_cls)
+        | set(getattr(env_config_cls, "ignored_original_keys", {}))
+        | set(getattr(env_config_cls, "unsupported_original_keys", {}))
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # YAML
 # ---------------------------------------------------------------------------------------------------------
@@ -270,7 +280,8 @@ def _checked_env_section(env_config_cls: type[BaseModel], section: Mapping[str, 
             raise CliUsageError(
                 f"{ENV_KEY}.{key} in {source_of(key)} is not supported here: {unsupported[key]}"
             )
-        check_known_keys([key], known, namespace=ENV_KEY, source=source_of(key), compat=COMPAT_ENV_KEYS)
+        compat = {**COMPAT_ENV_KEYS, **getattr(env_config_cls, "ignored_original_keys", {})}
+        check_known_keys([key], known, namespace=ENV_KEY, source=source_of(key), compat=compat)
     try:
         return rename_original_keys(env_config_cls, {k: v for k, v in section.items() if k in known})
     except ValueError as exc:
