@@ -1,0 +1,99 @@
+"""Every command of ``environments/community/README.md`` runs as written against the scripted inference server.
+
+The commands are read from the "Shipped" table's last column; each runs from the repository root with what the
+README says a user adds (``--openai.base_url`` / ``--openai.model_name``), the tiny local tokenizer, an output
+path in the test's directory and one group. Every row of the README names an environment of the original's
+collection, shipped or not, and every shipped folder here has a row.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from atroposlib.testing.scripted_server import launch_scripted_server
+from tests.helpers.cli_runs import REPO_ROOT, read_jsonl, run_env
+from tests.helpers.single_turn_runs import OFFLINE
+
+COMMUNITY = REPO_ROOT / "environments" / "community"
+README = COMMUNITY / "README.md"
+_COMMAND = re.compile(r"`(python environments/community/[^`]+)`\s*\|\s*$")
+#: the original's collection (atroposlib 0.4.0)
+ORIGINAL = {
+    "accessibility_env", "bleuberi", "cat_behavior_env", "conversational_style_dpo", "cybersecurity_sigma",
+    "deepsacrifice_chess", "dynastai", "ethereum_virtual_machine", "examcraft", "goofy_math", "helpful_doctors",
+    "humor_generation", "lean_proof_env", "mcp_tool_calling", "meteorology_forecast", "metric_card_generator",
+    "openvla_robotics", "options_iv_prediction", "padres_spatial", "pay_to_play", "philosophical_rlaif_env.py",
+    "physical_space_stl", "playwright_agent_env.py", "pokemon-showdown", "poker_holdem", "protein_design",
+    "punchline_vrcli", "pytorch_optimizer_coding", "quantum_hybrid", "regex_generation", "router_env",
+    "sanskrit_poetry", "selcube", "solitaire_winning_probability", "sql_query_env", "starmap_compression",
+    "tutor_rl_agent", "ufc_prediction_env", "wikipedia_research", "word_hunt", "xitter_env",
+}  # fmt: skip
+
+
+def readme_commands() -> list[str]:
+    return [m.group(1) for line in README.read_text().splitlines() if (m := _COMMAND.search(line))]
+
+
+def _row_names() -> list[str]:
+    rows = [line for line in README.read_text().splitlines() if line.startswith("| `")]
+    return [line.split("`")[1].rstrip("/").split("/")[0] for line in rows]
+
+
+def _test_module(name: str) -> Any:
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"community_readme_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _responder(folder: str) -> Callable[[Any, int], str]:
+    if folder == "sql_query_env":
+        return _test_module("test_env_sql_query")._responder()
+    if folder == "regex_generation":
+        return _test_module("test_env_regex_generation")._responder()
+    if folder == "word_hunt":
+        hunt = _test_module("test_env_word_hunt")
+        return hunt._responder(hunt.Dictionary.load(hunt.DEFAULT_DICTIONARY, 3, 16))
+    pytest.fail(
+        f"environments/community/README.md runs {folder}, which {Path(__file__).name} has no responder for"
+    )
+
+
+def test_every_original_environment_has_one_row():
+    names = _row_names()
+    assert sorted(names) == sorted(ORIGINAL) and len(names) == 41
+    shipped = {p.name for p in COMMUNITY.iterdir() if p.is_dir() and not p.name.startswith("_")} - {
+        "__pycache__"
+    }
+    commands = {shlex.split(c)[1].split("/")[2] for c in readme_commands()}
+    assert shipped == commands and all(shlex.split(c)[2] == "process" for c in readme_commands())
+
+
+@pytest.mark.parametrize("command", readme_commands(), ids=lambda c: shlex.split(c)[1].split("/")[2])
+def test_readme_command_runs_as_written(command, tiny_model_dir, tmp_path):
+    words = shlex.split(command)
+    script, args = words[1], words[3:]
+    out = tmp_path / "groups.jsonl"
+    with launch_scripted_server(respond=_responder(script.split("/")[2]), tokenizer=tiny_model_dir) as server:
+        result = run_env(
+            REPO_ROOT / script,
+            ["process", *args, "--openai.base_url", server.base_url, "--openai.model_name", "scripted-model",
+             "--env.tokenizer_name", tiny_model_dir, "--env.use_wandb", "false", "--env.total_steps", "1",
+             "--env.group_size", "2", "--env.data_path_to_save_groups", out],
+            cwd=REPO_ROOT,
+            env={**os.environ, **OFFLINE},
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    groups = read_jsonl(out)
+    assert len(groups) == 1 and len(set(groups[0]["scores"])) > 1
+    for tokens, masks in zip(groups[0]["tokens"], groups[0]["masks"], strict=True):
+        assert len(tokens) == len(masks) and any(m != -100 for m in masks) and masks[0] == -100
