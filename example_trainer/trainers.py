@@ -17,7 +17,9 @@ date. Modes differ only in what reaches vLLM:
 ========================  ===============================================================================
 
 **Acknowledgement and resume.** A batch is acknowledged (``POST /batch/ack``) once a checkpoint containing
-its update is on disk (right after its optimizer step with ``--checkpoint-interval 0``). After a crash,
+its update is on disk (right after its optimizer step with ``--checkpoint-interval 0``); the checkpoint lists
+the batches it acknowledges (``trained_batches``), and a resumed trainer acknowledges them again first, so a
+crash between the save and the acks never trains a batch twice. After a crash,
 ``--resume`` loads the newest checkpoint (weights, optimizer, RNG, step ``N``), registers with
 ``starting_step=N`` (a fresh API adopts it; a durable API keeps its own counter) and calls
 ``POST /batch/replay``, so the batches served after that checkpoint are served again, oldest first, and
@@ -351,8 +353,14 @@ def _attach_shared_model(
     return model, AutoTokenizer.from_pretrained(config.model_name)
 
 
-def _reconcile_with_api(client: AtroposClient, step: int, resumed: bool) -> dict[str, Any]:
-    """After (re)registration: replay unacknowledged batches when resuming and compare step counters."""
+def _reconcile_with_api(
+    client: AtroposClient, step: int, resumed: bool, trained: list[int] | None = None
+) -> dict[str, Any]:
+    """After (re)registration: acknowledge the batches the checkpoint already holds (``trained``: a crash
+    between its save and their acks left them unacknowledged), then replay the unacknowledged batches when
+    resuming and compare step counters."""
+    for batch_id in trained or ():
+        client.ack(batch_id)  # already acknowledged: a warning, nothing else
     replayed = client.replay() if resumed else 0
     status = client.status()
     api_step = int(status.get("current_step", 0)) if isinstance(status, dict) else 0
@@ -459,7 +467,9 @@ def _train(
     api_info: dict[str, Any] = {}
     if main:
         client.register(config, starting_step=start_step)
-        api_info = _reconcile_with_api(client, start_step, resume_dir is not None)
+        api_info = _reconcile_with_api(
+            client, start_step, resume_dir is not None, extra.get("trained_batches")
+        )
 
     run_log: Any = RunLogger(config, resume_run_id=extra.get("wandb_run_id")) if main else _NoLogger()
     result = TrainingResult(
@@ -489,7 +499,8 @@ def _train(
         if main:
             target = save_checkpoint(
                 unwrap_model(model), tokenizer, optimizer, config, step, final=final,
-                extra={**api_info, "wandb_run_id": run_log.run_id}, full_state=full_state,
+                extra={**api_info, "wandb_run_id": run_log.run_id, "trained_batches": list(pending_acks)},
+                full_state=full_state,
             )  # fmt: skip
         del full_state
         barrier(ctx)
