@@ -184,6 +184,11 @@ def test_unknown_yaml_keys_are_refused_in_one_line(tmp_path, capsys, mode):
     section = _write(tmp_path, {"env": {"difficulty": 2}, "extra_section": {}})
     with pytest.raises(CliUsageError, match="unknown key extra_section"):
         parse_command(LayerEnv, [mode, "--config", section]).resolve()
+    teacher = _write(tmp_path, {"teacher": {"base_url": "http://t/v1"}})
+    with pytest.raises(
+        CliUsageError, match="unknown key teacher in --config .*: LayerEnv has no teacher servers"
+    ):
+        parse_command(LayerEnv, [mode, "--config", teacher]).resolve()
     known = _write(tmp_path, {"env": {"difficulty": 2, "score_buffer_size": 4}})
     assert parse_command(LayerEnv, [mode, "--config", known]).resolve().env_config.difficulty == 2
 
