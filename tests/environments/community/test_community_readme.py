@@ -60,6 +60,8 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_env_sql_query")._responder()
     if folder == "regex_generation":
         return _test_module("test_env_regex_generation")._responder()
+    if folder == "solitaire_winning_probability":
+        return _test_module("test_env_solitaire")._responder()
     if folder == "word_hunt":
         hunt = _test_module("test_env_word_hunt")
         return hunt._responder(hunt.Dictionary.load(hunt.DEFAULT_DICTIONARY, 3, 16))
