@@ -142,6 +142,8 @@ def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[
         return research._researcher(research.GOLDS)
     if name == "t1_tool_planning/t1_env.py":
         return _test_module("test_env_t1_tool_planning")._planner()
+    if name == "game_environments/blackjack_env_thinking.py":
+        return _test_module("test_env_blackjack_thinking")._player
     if name == "infinimath/infinimath_env.py":
         infinimath = _test_module("test_env_infinimath")
         problems, _ = asyncio.run(infinimath._problems(tiny_model_dir, 1))
@@ -191,8 +193,11 @@ def test_readme_command_runs_as_written(command, tiny_model_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "NotImplementedError" not in result.stderr
     groups = read_jsonl(out)
-    # a group of one (an environment with single-sample scoring, e.g. the SFT loader) has nothing to vary
-    assert len(groups) == 1 and (len(groups[0]["scores"]) == 1 or len(set(groups[0]["scores"])) > 1)
-    for tokens, masks in zip(groups[0]["tokens"], groups[0]["masks"], strict=True):
-        assert len(tokens) == len(masks) and any(m != -100 for m in masks) and masks[0] == -100
+    # One item's groups: one, or one per turn where an environment groups each turn's alternatives
+    # (blackjack_env_thinking.py). A group of one (single-sample scoring, the SFT loader) has nothing to vary.
+    assert len(groups) == 1 or (len(groups) > 1 and "thinking" in script)
+    for group in groups:
+        assert len(group["scores"]) == 1 or len(set(group["scores"])) > 1
+        for tokens, masks in zip(group["tokens"], group["masks"], strict=True):
+            assert len(tokens) == len(masks) and any(m != -100 for m in masks) and masks[0] == -100
     assert out.with_suffix(".html").exists()
