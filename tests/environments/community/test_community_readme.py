@@ -8,6 +8,7 @@ collection, shipped or not, and every shipped folder here has a row.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 
 from atroposlib.testing.scripted_server import launch_scripted_server
 from tests.helpers.cli_runs import REPO_ROOT, read_jsonl, run_env
@@ -99,3 +101,11 @@ def test_readme_command_runs_as_written(command, tiny_model_dir, tmp_path):
     assert len(groups) == 1 and len(set(groups[0]["scores"])) > 1
     for tokens, masks in zip(groups[0]["tokens"], groups[0]["masks"], strict=True):
         assert len(tokens) == len(masks) and any(m != -100 for m in masks) and masks[0] == -100
+
+
+def test_the_community_extra_is_part_of_all():
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "community" in extras["all"][0] and extras["community"]
+    for requirement in extras["community"]:
+        name = re.split(r"[<>=!; \[]", requirement, maxsplit=1)[0]
+        assert importlib.metadata.version(name)  # installed by scripts/install.sh (.[all])
