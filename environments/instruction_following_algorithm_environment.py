@@ -43,6 +43,7 @@ from pydantic import Field
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.env_config import ORIGINAL_DUMP_AND_LOG_KEYS
 from atroposlib.envs.groups import ScoredDataGroup
 from atroposlib.envs.reporting import summary_line
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
@@ -118,12 +119,9 @@ class IFConfig(SingleTurnEnvConfig):
 
     original_key_aliases = {"dataset_config_name": "dataset_config"}
     unsupported_original_keys = {
-        "dump_rollouts": "use --env.data_path_to_save_groups (process writes every group to a JSONL file)",
-        "dump_failed_rollouts": "see dump_rollouts",
-        "rollout_save_score_threshold": "see dump_rollouts",
+        **ORIGINAL_DUMP_AND_LOG_KEYS,
         "resume_from_unsolved_dataset": "0.4.0 resumed from its own dump of unsolved items; the queue here "
         "restarts from the training set",
-        "suppress_base_env_logs": "logging is configured by the logging module, not per environment",
     }
 
 

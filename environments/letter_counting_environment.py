@@ -47,6 +47,7 @@ from pydantic import Field, model_validator
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError
+from atroposlib.envs.env_config import ORIGINAL_DUMP_AND_LOG_KEYS
 from atroposlib.envs.groups import ScoredDataGroup
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import final_boxed_answer
@@ -322,6 +323,7 @@ class LetterCountingConfig(SingleTurnEnvConfig):
 
     original_key_aliases = {"generation_temperature": "temperature", "max_generation_tokens": "max_tokens"}
     unsupported_original_keys = {
+        **ORIGINAL_DUMP_AND_LOG_KEYS,
         "use_text_passages": "0.4.0 cut passages from the OpenWebText hub set; give your texts as a word list "
         "(--env.word_list_path)",
         "text_passage_percentage": "passages are not supported (see use_text_passages)",
@@ -329,10 +331,6 @@ class LetterCountingConfig(SingleTurnEnvConfig):
         "max_text_length": "passages are not supported (see use_text_passages)",
         "include_punctuation_in_count": "only passages hold punctuation (see use_text_passages)",
         "include_spaces_in_count": "only passages hold spaces (see use_text_passages)",
-        "dump_rollouts": "use --env.data_path_to_save_groups (process writes every group to a JSONL file)",
-        "dump_batch_size": "see dump_rollouts",
-        "debug_logging": "logging is configured by the logging module (e.g. LOGLEVEL), not per environment",
-        "suppress_base_env_logs": "see debug_logging",
     }
 
     @property

@@ -44,6 +44,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.env_config import ORIGINAL_DUMP_AND_LOG_KEYS
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.pydantic_source import UnsupportedSource, model_from_source
 from atroposlib.utils.replies import answer_section
@@ -206,11 +207,10 @@ class PydanticEnvConfig(SingleTurnEnvConfig):
 
     original_key_aliases = {"eval_set_percentage": "eval_fraction"}
     unsupported_original_keys = {
+        **ORIGINAL_DUMP_AND_LOG_KEYS,
         "allowed_structured_formats": "replies are checked as JSON only (0.4.0 also asked for YAML, TOML, XML)",
         "allowed_container_formats": "a reply may use any container (```json fence, <json_output> tags or "
         "none); none is asked for",
-        "debug_logging": "logging is configured by the logging module, not per environment",
-        "dump_rollouts": "use --env.data_path_to_save_groups (process writes every group to a JSONL file)",
     }
 
     @field_validator("error_types_enabled")

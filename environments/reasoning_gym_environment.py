@@ -47,6 +47,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, Field, field_validator
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
+from atroposlib.envs.env_config import ORIGINAL_DUMP_AND_LOG_KEYS
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
@@ -142,6 +143,12 @@ class ReasoningGymEnvConfig(SingleTurnEnvConfig):
         description="demote a task when fewer than this share of its recent replies are correct",
     )
     curriculum_window: int = Field(32, ge=1, description="scored replies of a task between level decisions")
+
+    unsupported_original_keys = {
+        **ORIGINAL_DUMP_AND_LOG_KEYS,
+        "mask_too_long_completions": "not implemented here: a reply cut at its budget is scored and trained "
+        "like any other",
+    }
 
     @field_validator("tasks")
     @classmethod

@@ -38,6 +38,18 @@ COMPAT_SERVER_KEYS: dict[str, str] = {
 }
 
 
+#: Reasons for refusing the rollout-dump and logging settings that several of 0.4.0's environments defined
+#: (for their configs' ``unsupported_original_keys``).
+ORIGINAL_DUMP_AND_LOG_KEYS: dict[str, str] = {
+    "dump_rollouts": "use --env.data_path_to_save_groups (every accepted group is written to a JSONL file)",
+    "dump_failed_rollouts": "see dump_rollouts (groups dropped for equal scores are counted in the wandb rollout stats)",
+    "dump_batch_size": "see dump_rollouts",
+    "rollout_save_score_threshold": "see dump_rollouts",
+    "debug_logging": "logging is configured by the logging module (e.g. logging.basicConfig), not per environment",
+    "suppress_base_env_logs": "see debug_logging",
+}
+
+
 def warn_unknown_keys(model_cls: type[BaseModel], data: Any) -> list[str]:
     """Log (once per class and key) the keys of ``data`` that ``model_cls`` does not declare.
 
@@ -252,6 +264,7 @@ def resolve_tokenizer_name(tokenizer_name: Optional[str], server_configs: Any) -
 __all__ = [
     "COMPAT_ENV_KEYS",
     "COMPAT_SERVER_KEYS",
+    "ORIGINAL_DUMP_AND_LOG_KEYS",
     "FALLBACK_TOKENIZER",
     "BaseEnvConfig",
     "known_config_keys",
