@@ -384,6 +384,7 @@ class TrajectoryState:
             while len(self.unacked) > self.max_unacked_batches:
                 _, old = self.unacked.popitem(last=False)
                 tx.delete_batch(old.bid)
+                tx.put_hwm(self._hwm())
                 self._retire(tx, old.gids)
             self._collect(tx)
         self.counters.batches_served += 1
@@ -419,6 +420,7 @@ class TrajectoryState:
                 self.stack.remove(batch)
                 self._count_batch(batch, -1)
             tx.delete_batch(batch_id)
+            tx.put_hwm(self._hwm())  # the newest batch's row may be gone now: its id is never reused
             self._retire(tx, batch.gids)
             self._collect(tx)
 
@@ -461,6 +463,16 @@ class TrajectoryState:
         for gid in doomed:
             self.groups.pop(gid, None)
         tx.delete_groups(doomed)
+        tx.put_hwm(self._hwm())
+
+    def _hwm(self) -> dict[str, int]:
+        """The highest id of each kind handed out so far (stored so that a restart never reuses one)."""
+        return {
+            "gid": self.next_gid - 1,
+            "bid": self.next_bid - 1,
+            "qseq": self.next_qseq - 1,
+            "pos": self.next_pos - 1,
+        }
 
     def _preserve_latest(self, tx: Transaction) -> None:
         """Copy the latest group out of its row before the row goes (reset does not clear it)."""
@@ -484,14 +496,7 @@ class TrajectoryState:
         old = self.meta
         with self._transaction() as tx:
             self._preserve_latest(tx)
-            tx.reset(
-                {
-                    "gid": self.next_gid - 1,
-                    "bid": self.next_bid - 1,
-                    "qseq": self.next_qseq - 1,
-                    "pos": self.next_pos - 1,
-                }
-            )
+            tx.reset(self._hwm())
             meta = RunMeta(
                 max_token_len=old.max_token_len,
                 checkpoint_dir=old.checkpoint_dir,

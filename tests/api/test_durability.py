@@ -154,6 +154,27 @@ def test_ack_and_replay_survive_kill9(tmp_path):
         assert get(url, "/status").json()["current_step"] == 3
 
 
+def test_batch_ids_are_never_reused_after_kill9(tmp_path):
+    """A trainer acknowledges by batch id (also again after its own restart): an id the API handed out before a
+    crash must never name another batch after it, even once the batch it named was acknowledged and deleted."""
+    data_dir = tmp_path / "data"
+    with launch_api(data_dir=data_dir) as api:
+        register(api.url, batch_size=1)
+        post_group(api.url, group(1, start=0))
+        first = get(api.url, "/batch").json()["batch_id"]
+        ack = requests.post(f"{api.url}/batch/ack", json={"batch_id": first}, timeout=TIMEOUT)
+        assert ack.status_code == 200
+        api.kill9()
+    with launch_api(data_dir=data_dir) as api:
+        post_group(api.url, group(1, start=10))
+        second = get(api.url, "/batch").json()
+        assert marker(second["batch"]) == [10]
+        assert second["batch_id"] > first
+        ack = requests.post(f"{api.url}/batch/ack", json={"batch_id": first}, timeout=TIMEOUT)
+        assert ack.status_code == 404  # the old id acknowledges nothing new
+        assert get(api.url, "/health").json()["unacked_batches"] == 1
+
+
 def test_replay_serves_oldest_first_before_new_batches(tmp_path):
     with launch_api(data_dir=tmp_path / "data") as api:
         url = api.url

@@ -42,6 +42,9 @@ class _MemoryTransaction:
     def put_latest(self, data: bytes, qseq: int) -> None:
         """The latest group's copy lives in the state mirror only."""
 
+    def put_hwm(self, hwm: dict[str, int]) -> None:
+        """Nothing survives a restart: ids cannot be reused by a later run."""
+
     def reset(self, hwm: dict[str, int]) -> None:
         self._store._data.clear()
 

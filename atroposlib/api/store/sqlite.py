@@ -6,8 +6,8 @@ with queued tokens.
 SQLite layout (one file, ``<data_dir>/trajectory_api.sqlite3``, WAL mode):
 
 - ``meta(key, value)``: JSON documents: ``state`` (registration and counters), ``hwm`` (id
-  high-water marks kept across resets), ``latest`` (copy of the latest group once its row is
-  gone), ``schema``.
+  high-water marks, written whenever rows are deleted, so that no id is reused after a restart or a
+  reset), ``latest`` (copy of the latest group once its row is gone), ``schema``.
 - ``envs(env_id, record)``: env registry, record as JSON.
 - ``groups(gid, env_id, size, nbytes, loc, qseq, received_step, received_at, seg, off, crc)``:
   every group not yet discarded; ``loc`` says where it is (queue, buffer, batch, retired),
@@ -148,6 +148,9 @@ class _SqliteTransaction:
     def put_latest(self, data: bytes, qseq: int) -> None:
         self._put("latest", data)
         self._put("latest_qseq", str(qseq))
+
+    def put_hwm(self, hwm: dict[str, int]) -> None:
+        self._put("hwm", json.dumps(hwm))
 
     def reset(self, hwm: dict[str, int]) -> None:
         self._conn.execute("DELETE FROM groups")
