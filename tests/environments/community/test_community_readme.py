@@ -62,6 +62,8 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_env_sql_query")._responder()
     if folder == "regex_generation":
         return _test_module("test_env_regex_generation")._responder()
+    if folder == "sanskrit_poetry":
+        return _test_module("test_env_sanskrit_poetry")._poet
     if folder == "solitaire_winning_probability":
         return _test_module("test_env_solitaire")._responder()
     if folder == "word_hunt":
