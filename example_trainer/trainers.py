@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from example_trainer.api import AtroposClient
+from example_trainer.api import AtroposApiError, AtroposClient
 from example_trainer.checkpointing import (
     checkpoint_name,
     gather_full_state,
@@ -360,7 +360,11 @@ def _reconcile_with_api(
     between its save and their acks left them unacknowledged), then replay the unacknowledged batches when
     resuming and compare step counters."""
     for batch_id in trained or ():
-        client.ack(batch_id)  # already acknowledged: a warning, nothing else
+        try:
+            client.request("POST", "/batch/ack", {"batch_id": batch_id})
+            logger.info("acknowledged batch %d, trained in the checkpoint (its ack was lost)", batch_id)
+        except AtroposApiError:
+            pass  # acknowledged before the crash, as usual
     replayed = client.replay() if resumed else 0
     status = client.status()
     api_step = int(status.get("current_step", 0)) if isinstance(status, dict) else 0
