@@ -132,6 +132,7 @@ def demo_config(args: argparse.Namespace, run_dir: Path | None = None, steps: in
             values[name] = getattr(args, name)
     if args.cache_dir is not None:
         values["cache_dir"] = args.cache_dir
+    values.update(getattr(args, "demo_overrides", None) or {})  # e.g. benchmarks/loss_types.py's loss flags
     if run_dir is not None:
         values["run_dir"] = str(run_dir)
     return DemoConfig(**values)
