@@ -36,7 +36,8 @@ Terms added to any of them (same token weights as the loss type; ``gspo`` uses `
   ratio is taken against the trainer's own log-probabilities (one optimizer step per batch: the
   "old" policy is the current one, ``r = exp(l - sg(l)) = 1``), and each token's loss is multiplied by
   ``w = min(exp(sg(l) - lam), C)``, which corrects for the engine computing slightly different
-  probabilities than the trainer for the same weights.
+  probabilities than the trainer for the same weights (``gspo``: each sequence's loss by the mean of its
+  tokens' weights). Without a cap the ratio is taken against the inference engine's log-probabilities.
 * Distillation (``distill_coef`` = gamma), where the batch carries a teacher's log-probabilities:
   reverse KL on the student's own tokens, ``gamma * sg(l - tau) * (1 + l - sg(l))`` with ``tau`` the
   teacher's log-probability of the sampled token: its value is the k1 estimate ``l - tau`` of
