@@ -35,6 +35,7 @@ from pydantic import Field
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, check_rows, read_local_rows
+from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
@@ -149,7 +150,7 @@ class RegexEnvConfig(SingleTurnEnvConfig):
     split_seed: int = Field(42, description="seed of the 80/20 split")
 
 
-class RegexEnv(LocalServerDefaults, SingleTurnEnv):
+class RegexEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
     """Rewards regular expressions by the share of examples they classify right."""
 
     name = "regex_generation"
@@ -210,12 +211,12 @@ class RegexEnv(LocalServerDefaults, SingleTurnEnv):
     def eval_sample_fields(self, item: RegexProblem) -> dict[str, Any]:
         return {"description": item.description, "difficulty": item.difficulty}
 
-    async def _eval_one(self, item: RegexProblem, sem: Any) -> dict[str, Any]:
-        sample = await super()._eval_one(item, sem)
-        pattern = reply_pattern(sample["messages"][-1]["content"])
-        sample["pattern"] = pattern
-        sample["valid_regex"] = check_pattern(pattern, item, self.config.match_time_limit).valid
-        return sample
+    def reply_fields(self, reply: str, item: RegexProblem) -> dict[str, Any]:
+        pattern = reply_pattern(reply)
+        return {
+            "pattern": pattern,
+            "valid_regex": check_pattern(pattern, item, self.config.match_time_limit).valid,
+        }
 
     def extra_eval_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
         return {

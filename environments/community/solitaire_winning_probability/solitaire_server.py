@@ -34,6 +34,7 @@ from pydantic import Field
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, check_rows, read_local_rows
+from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers
@@ -113,7 +114,7 @@ class SolitaireEnvConfig(SingleTurnEnvConfig):
     shuffle_seed: int = Field(42, description="seed of the shuffle before the split")
 
 
-class SolitaireEnv(LocalServerDefaults, SingleTurnEnv):
+class SolitaireEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
     """Rewards probability formulas by their closeness to the exact winning probability."""
 
     name = "solitaire_winning_probability"
@@ -151,12 +152,9 @@ class SolitaireEnv(LocalServerDefaults, SingleTurnEnv):
     def eval_sample_fields(self, item: Game) -> dict[str, Any]:
         return {"gold_probability": str(item.probability)}
 
-    async def _eval_one(self, item: Game, sem: Any) -> dict[str, Any]:
-        sample = await super()._eval_one(item, sem)
-        value = reply_value(sample["messages"][-1]["content"])
-        sample["value"] = None if value is None else str(value)
-        sample["exact"] = value == item.probability
-        return sample
+    def reply_fields(self, reply: str, item: Game) -> dict[str, Any]:
+        value = reply_value(reply)
+        return {"value": None if value is None else str(value), "exact": value == item.probability}
 
     def extra_eval_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
         return {"eval/percent_exact": mean([1.0 if s["exact"] else 0.0 for s in samples])}

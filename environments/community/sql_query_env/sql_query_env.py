@@ -30,6 +30,7 @@ from pydantic import Field
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import load_rows
+from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import final_boxed_answer
@@ -119,7 +120,7 @@ class SQLQueryEnvConfig(SingleTurnEnvConfig):
     shuffle_seed: int = Field(0, description="seed of the training order")
 
 
-class SQLQueryEnv(LocalServerDefaults, SingleTurnEnv):
+class SQLQueryEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
     """Rewards SQLite queries whose result equals the gold query's."""
 
     name = "sql_query"
@@ -180,12 +181,11 @@ class SQLQueryEnv(LocalServerDefaults, SingleTurnEnv):
     def eval_sample_fields(self, item: SQLItem) -> dict[str, Any]:
         return {"question": item.question, "gold_sql": item.readable_sql}
 
-    async def _eval_one(self, item: SQLItem, sem: Any) -> dict[str, Any]:
-        sample = await super()._eval_one(item, sem)
-        reply = sample["messages"][-1]["content"]
-        sample["generated_sql"] = reply_query(reply)
-        sample["execution_success"] = execute_reply(reply, item, self.config.query_time_limit)[1]
-        return sample
+    def reply_fields(self, reply: str, item: SQLItem) -> dict[str, Any]:
+        return {
+            "generated_sql": reply_query(reply),
+            "execution_success": execute_reply(reply, item, self.config.query_time_limit)[1],
+        }
 
     def extra_eval_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
         return {"eval/execution_success": mean([1.0 if s["execution_success"] else 0.0 for s in samples])}

@@ -33,6 +33,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, model_validator
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
+from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
@@ -135,7 +136,7 @@ def board_prompt(board: Board, cfg: WordHuntEnvConfig) -> str:
     return "\n".join(parts)
 
 
-class WordHuntEnv(LocalServerDefaults, SingleTurnEnv):
+class WordHuntEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
     """Rewards the share of a board's points a list of words earns."""
 
     name = "word_hunt"
@@ -207,11 +208,9 @@ class WordHuntEnv(LocalServerDefaults, SingleTurnEnv):
     def eval_sample_fields(self, item: WordHuntBoard) -> dict[str, Any]:
         return {"board": [" ".join(row) for row in item.board], "seed": item.seed}
 
-    async def _eval_one(self, item: WordHuntBoard, sem: Any) -> dict[str, Any]:
-        sample = await super()._eval_one(item, sem)
-        result = self.result(sample["messages"][-1]["content"], item)
-        sample.update(points=result.points, best=result.best, valid_words=list(result.valid))
-        return sample
+    def reply_fields(self, reply: str, item: WordHuntBoard) -> dict[str, Any]:
+        result = self.result(reply, item)
+        return {"points": result.points, "best": result.best, "valid_words": list(result.valid)}
 
     def extra_eval_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
         return {
