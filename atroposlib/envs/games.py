@@ -181,7 +181,22 @@ class GameSession:
         }
 
 
-class GameEnv(LocalServerDefaults, MultiTurnEnv):
+class SeededGames:
+    """Items ``{"seed": n}`` of seeded games: training game k has ``config.seed + k`` (``self.iter`` counts
+    them), evaluation games ``config.eval_seed`` ... ``+ config.eval_episodes - 1``. Placed before the base
+    environment class."""
+
+    async def get_next_item(self) -> dict[str, int]:
+        item = {"seed": self.config.seed + self.iter}  # type: ignore[attr-defined]
+        self.iter += 1  # type: ignore[attr-defined]
+        return item
+
+    def eval_items(self) -> list[dict[str, int]]:
+        config = self.config  # type: ignore[attr-defined]
+        return [{"seed": config.eval_seed + k} for k in range(config.eval_episodes)]
+
+
+class GameEnv(LocalServerDefaults, SeededGames, MultiTurnEnv):
     """Seeded games played as episodes (see the module docstring).
 
     ``config_init()``: this game's ``env_config_cls`` with batches of 1024 sequences and a wandb run named
@@ -202,14 +217,6 @@ class GameEnv(LocalServerDefaults, MultiTurnEnv):
 
     async def setup(self) -> None:
         self.iter = 0
-
-    async def get_next_item(self) -> dict[str, int]:
-        item = {"seed": self.config.seed + self.iter}
-        self.iter += 1
-        return item
-
-    def eval_items(self) -> list[dict[str, int]]:
-        return [{"seed": self.config.eval_seed + k} for k in range(self.config.eval_episodes)]
 
     async def new_session(self, item: dict[str, int], *, evaluation: bool = False) -> GameSession:
         return await self.make_session(int(item["seed"]))

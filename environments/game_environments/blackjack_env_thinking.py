@@ -39,7 +39,13 @@ from pydantic import Field
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from atroposlib.envs.config_defaults import LocalServerDefaults  # noqa: E402
-from atroposlib.envs.games import InvalidAction, action_instructions, action_tool_schema, parse_action  # noqa: E402
+from atroposlib.envs.games import (  # noqa: E402
+    InvalidAction,
+    SeededGames,
+    action_instructions,
+    action_tool_schema,
+    parse_action,
+)
 from atroposlib.envs.groups import ScoredDataGroup  # noqa: E402
 from atroposlib.envs.reporting import mean  # noqa: E402
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig  # noqa: E402
@@ -108,7 +114,7 @@ class Alternative:
     score: float = 0.0
 
 
-class BlackjackThinkingEnv(LocalServerDefaults, SingleTurnEnv):
+class BlackjackThinkingEnv(LocalServerDefaults, SeededGames, SingleTurnEnv):
     """Blackjack trained on per-turn alternatives valued by the game (see the module docstring)."""
 
     name = "blackjack_thinking"
@@ -190,14 +196,6 @@ class BlackjackThinkingEnv(LocalServerDefaults, SingleTurnEnv):
 
     async def setup(self) -> None:
         """Nothing to load: hands are dealt from their seeds."""
-
-    async def get_next_item(self) -> dict[str, int]:
-        item = {"seed": self.config.seed + self.iter}
-        self.iter += 1
-        return item
-
-    def eval_items(self) -> list[dict[str, int]]:
-        return [{"seed": self.config.eval_seed + k} for k in range(self.config.eval_episodes)]
 
     def _prompt_tokens(self, hand: Hand) -> int:
         rendered = self.tokenizer.apply_chat_template(

@@ -130,13 +130,13 @@ def _solver(problems: list[Problem], right) -> callable:
 
 
 async def test_process_generates_and_scores_groups(scripted, tiny_model_dir):
-    problems, _ = await _problems(tiny_model_dir, 3, seed=5)
+    problems, _ = await _problems(tiny_model_dir, 2, seed=5)
     out = scripted.tmp_path / "groups.jsonl"
-    args = ["--env.seed", "5", "--env.group_size", "2", "--env.total_steps", "3", "--env.max_tokens", "64",
+    args = ["--env.seed", "5", "--env.group_size", "2", "--env.total_steps", "2", "--env.max_tokens", "64",
             "--env.data_path_to_save_groups", out]  # fmt: skip
     scripted.command(InfiniteMathEnv, "process", args, _solver(problems, lambda p, i: i == 0))
     groups = read_jsonl(out)
-    assert len(groups) == 3
+    assert len(groups) == 2
     for group, problem in zip(groups, problems, strict=True):
         assert sorted(group["scores"]) == [pytest.approx(-0.1), pytest.approx(1.4)]
         prompt = group["messages"][0][1]["content"]
