@@ -42,7 +42,7 @@ from tests.helpers.single_turn_runs import OFFLINE
 from tests.helpers.tool_replay import replayer
 
 README = REPO_ROOT / "environments" / "README.md"
-_COMMAND = re.compile(r"`(python environments/[^`]+)`\s*\|\s*$")
+_COMMAND = re.compile(r"`((?:[A-Z_]+=\S+ )*python environments/[^`]+)`\s*\|\s*$")
 
 
 def readme_commands() -> list[str]:
@@ -152,6 +152,8 @@ def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[
         return _test_module("test_env_sft_loader")._no_sampling
     if name == "swe_rl_env.py":
         return _test_module("test_env_swe_rl")._responder()
+    if name == "verifiers_server.py":
+        return _test_module("test_env_verifiers").right_on_even_choices
     if name == "mcp_env.py":
         mcp = _test_module("test_env_mcp")
         return mcp._caller(mcp.ROWS)
@@ -163,14 +165,18 @@ def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[
 def test_the_readme_lists_commands():
     commands = readme_commands()
     assert len(commands) >= 20
-    assert all(shlex.split(c)[2] == "process" for c in commands)
+    assert all(shlex.split(re.sub(r"^(?:[A-Z_]+=\S+ )+", "", c))[2] == "process" for c in commands)
 
 
 @pytest.mark.parametrize(
-    "command", readme_commands(), ids=lambda c: shlex.split(c)[1].removeprefix("environments/")
+    "command", readme_commands(), ids=lambda c: re.search(r"environments/(\S+)", c).group(1)
 )
 def test_readme_command_runs_as_written(command, tiny_model_dir, tmp_path):
     words = shlex.split(command)
+    settings = {}
+    while "=" in words[0]:  # VAR=value prefixes set the command's environment
+        key, _, value = words.pop(0).partition("=")
+        settings[key] = str(REPO_ROOT / value) if key == "PYTHONPATH" else value
     script, args = words[1], words[3:]
     respond = _responder(script, args, tiny_model_dir)
     out = tmp_path / "groups.jsonl"
@@ -188,7 +194,7 @@ def test_readme_command_runs_as_written(command, tiny_model_dir, tmp_path):
              "--env.tokenizer_name", tiny_model_dir, "--env.use_wandb", "false", "--env.total_steps", "1",
              "--env.data_path_to_save_groups", out],
             cwd=REPO_ROOT,
-            env={**os.environ, **OFFLINE},
+            env={**os.environ, **OFFLINE, **settings},
         )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "NotImplementedError" not in result.stderr
