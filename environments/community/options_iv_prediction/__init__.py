@@ -1,0 +1,1 @@
+"""Implied volatility of an option from its price and terms (see ``options_iv_prediction.py``)."""
