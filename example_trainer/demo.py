@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -430,7 +431,8 @@ class Demo:
             "--env.rollout_server_url", self.api.url,
             "--env.group_size", str(cfg.group_size),
             "--env.batch_size", str(cfg.batch_size),
-            "--env.total_steps", str(cfg.steps),
+            # with a staleness bound the trainer may drop whole batches and need more: the demo stops the env
+            "--env.total_steps", str(cfg.steps if cfg.max_staleness is None else 10**9),
             "--env.max_token_length", "256",
             "--env.steps_per_eval", "0",
             "--env.use_wandb", "false",
@@ -546,7 +548,7 @@ class Demo:
         cfg = self.config
         metrics_path = self.ckpt_dir / "metrics.jsonl"
         task = progress.add_task("GRPO", total=cfg.steps)
-        step, offset, rewards = 0, 0, []
+        step, offset, rewards, stale = 0, 0, [], 0
         env_log, env_offset, rollout_stats = self.logs / "environment.log", 0, []
         with self.timings.phase("GRPO"):
             while self.trainer is not None and self.trainer.alive():
@@ -555,12 +557,16 @@ class Demo:
                 self._deadline_check(started)
                 for svc in self.services:
                     svc.record_descendants()
-                if self.env is not None and self.env.alive() and self._api_step() >= cfg.steps:
+                needed = cfg.steps + math.ceil(
+                    stale / cfg.batch_size
+                )  # batches dropped as stale are replaced
+                if self.env is not None and self.env.alive() and self._api_step() >= needed:
                     # Every batch the trainer needs exists: stop generating (and free vLLM's
                     # connections, so that the trainer can stop vLLM at once when it is done).
                     self.env.stop(timeout=15)
                 offset, records = _read_new_records(metrics_path, offset)
                 for rec in records:
+                    stale = max(stale, int(rec.get("train/stale_sequences_total", 0)))
                     if "train/kept_reward_mean" in rec:
                         step = max(step, int(rec["step"]))
                         rewards.append(float(rec["train/kept_reward_mean"]))
