@@ -25,6 +25,7 @@ from typing import Any, Optional
 from pydantic import Field, field_validator
 
 from atroposlib.envs.config_defaults import LocalServerDefaults, local_server_config
+from atroposlib.envs.server_handling.trl_vllm_server import TrlVllmServer
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
@@ -65,6 +66,17 @@ class SanskritPoetryEnv(LocalServerDefaults, SingleTurnEnv):
     env_config_cls = SanskritPoetryEnvConfig
     config: SanskritPoetryEnvConfig
     default_model = "Qwen/Qwen3-1.7B"
+
+    def __init__(self, config: SanskritPoetryEnvConfig, server_configs, slurm=False, testing=False):
+        super().__init__(config, server_configs, slurm, testing)
+        # TRL's server renders chats itself; without its own --openai.tokenizer_name it renders them with the
+        # environment's tokenizer (the policy's) instead of looking up the served model's name.
+        for server in getattr(self.server, "servers", None) or []:
+            if (
+                isinstance(server, TrlVllmServer)
+                and (server.config.tokenizer_name or "none").lower() == "none"
+            ):
+                server.tokenizer = self.tokenizer
 
     @classmethod
     def default_env_config(cls) -> SanskritPoetryEnvConfig:
