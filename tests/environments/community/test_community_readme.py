@@ -62,6 +62,8 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_env_sql_query")._responder()
     if folder == "regex_generation":
         return _test_module("test_env_regex_generation")._responder()
+    if folder == "accessibility_env":
+        return _test_module("test_env_accessibility")._fixer
     if folder == "options_iv_prediction":
         return _test_module("test_env_options_iv")._analyst
     if folder == "sanskrit_poetry":
