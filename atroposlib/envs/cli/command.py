@@ -31,7 +31,6 @@ from atroposlib.envs.cli.config import (
     ENV_KEY,
     MANAGER_KEYS,
     OPENAI_KEY,
-    TEACHER_KEY,
     CliUsageError,
     build_env_config,
     build_manager_config,
@@ -126,12 +125,8 @@ class CliCommand(BaseModel):
         config_path = getattr(self, CONFIG_FIELD, None)
         env_config_cls = type(cls.init_env_config)
         flat = flat_env_keys_of(env_config_cls) if getattr(cls.env_cls, "flat_config_form", False) else None
-        doc = load_yaml_config(config_path, flat_env_keys=flat)
-        if TEACHER_KEY in doc and not cls.teacher_namespace:
-            raise CliUsageError(
-                f"unknown key {TEACHER_KEY} in --config {config_path}: {cls.env_cls.__name__} has no teacher "
-                "servers (only distillation environments do)"
-            )
+        sections = (cls.teacher_namespace,) if cls.teacher_namespace else ()
+        doc = load_yaml_config(config_path, flat_env_keys=flat, server_sections=sections)
         env_config = build_env_config(
             cls.env_cls,
             env_config_cls,

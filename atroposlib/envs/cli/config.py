@@ -101,7 +101,10 @@ def flat_env_keys_of(env_config_cls: type[BaseModel]) -> set[str]:
 # YAML
 # ---------------------------------------------------------------------------------------------------------
 def load_yaml_config(
-    path: str | Path | None, *, flat_env_keys: Collection[str] | None = None
+    path: str | Path | None,
+    *,
+    flat_env_keys: Collection[str] | None = None,
+    server_sections: Collection[str] = (TEACHER_KEY,),
 ) -> dict[str, Any]:
     """Load the ``--config`` YAML file and check its shape; ``None`` gives ``{}``.
 
@@ -112,6 +115,9 @@ def load_yaml_config(
     ``flat_env_keys`` (environments whose 0.4.0 version read flat files, e.g. the dataset environment): a file
     without an ``env`` section whose top level holds those keys is read in that flat form: those keys become
     the ``env`` section and a ``server_configs`` list the ``openai`` section.
+
+    ``server_sections``: the top-level sections besides ``openai`` that hold inference servers (an
+    environment's teacher or judge namespace, e.g. ``teacher`` or ``judge``); any other top-level key is refused.
     """
     if path is None:
         return {}
@@ -138,13 +144,14 @@ def load_yaml_config(
     if flat_env_keys is not None and ENV_KEY not in doc and any(k in flat_env_keys for k in doc):
         doc = _unflatten(doc, flat_env_keys)
     source = f"--config {path}"
+    top_level = frozenset({ENV_KEY, OPENAI_KEY, *MANAGER_KEYS, *server_sections})
     for key in doc:
-        if key not in KNOWN_TOP_LEVEL_KEYS:
-            close = closest_key(str(key), KNOWN_TOP_LEVEL_KEYS)
+        if key not in top_level:
+            close = closest_key(str(key), top_level)
             hint = (
                 f"; did you mean {close}?"
                 if close
-                else f"; the top level holds {', '.join(sorted(KNOWN_TOP_LEVEL_KEYS))} (environment settings under env:)"
+                else f"; the top level holds {', '.join(sorted(top_level))} (environment settings under env:)"
             )
             raise CliUsageError(f"unknown key {key} in {source}{hint}")
     env = doc.get(ENV_KEY)
@@ -152,7 +159,7 @@ def load_yaml_config(
         raise CliUsageError(
             f"--config {path}: 'env' must be a mapping of field: value, got {type(env).__name__}"
         )
-    for key in (OPENAI_KEY, TEACHER_KEY):
+    for key in (OPENAI_KEY, *server_sections):
         section = doc.get(key)
         if section is None:
             continue
