@@ -8,6 +8,7 @@ one process, without the API and the inference server the demo starts, so five t
 from __future__ import annotations
 
 import pytest
+import torch
 
 from atroposlib.testing.tiny_model import default_cache_dir
 from example_trainer.demo import DemoConfig
@@ -28,10 +29,15 @@ LOSSES = {
 
 @pytest.fixture(scope="module")
 def warm_model(tiny_model_dir):
+    """The demo's warm-started model; torch on one thread meanwhile (the tiny model gains nothing from more,
+    and the tests of the suite run in parallel on the other cores)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     demo = DemoConfig()
     assert demo.task_settings() == TASK
     model_dir, _ = warm_start(tiny_model_dir, TASK, demo.sft_settings(), default_cache_dir() / "demo")
-    return model_dir
+    yield model_dir
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("loss_type", list(LOSSES))
