@@ -95,8 +95,8 @@ def test_group_env_runs_process_and_evaluate_unchanged(tmp_path, tiny_model_dir,
         with pytest.raises(SystemExit) as evaluated:
             env_cls.cli()
     assert processed.returncode == 0, processed.stderr[-3000:]
-    # config_init passes an unknown keyword (score_buffer_size): ignored with a warning, not an error
-    assert "score_buffer_size" in processed.stderr
+    # config_init passes 0.4.0's score_buffer_size, a documented compatibility key: dropped without a warning
+    assert "ignoring unknown config key 'score_buffer_size'" not in processed.stderr
     groups = read_jsonl(tmp_path / "data" / "echo_completion.jsonl")
     assert len(groups) == 3
     for group in groups:
