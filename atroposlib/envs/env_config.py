@@ -148,7 +148,8 @@ class BaseEnvConfig(BaseModel):
         ge=0,
         description="Start no rollout that would be trained more than this many trainer steps after it "
         "starts: at most max_staleness + 1 batches are queued or being generated, and the env waits for the "
-        "trainer beyond that. Default: the trainer's --max-staleness (GET /info), else no bound.",
+        "trainer beyond that. Unset: the bound the trainer registered (its max_staleness, served by GET /info), "
+        "else none.",
     )
     tokenizer_name: Optional[str] = Field(
         default=None,
