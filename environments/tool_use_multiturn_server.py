@@ -58,11 +58,11 @@ from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
 from atroposlib.envs.episodes import Episode, Feedback
 from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
 from atroposlib.utils.replies import answer_section
-from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
 from atroposlib.utils.tool_calls import (
     ToolCall,
     ToolCallError,
     expected_tool_calls,
+    extract_tool_call_blocks,
     json_contains,
     reply_tool_calls,
 )

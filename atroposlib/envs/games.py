@@ -31,8 +31,7 @@ from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.episodes import Episode, Feedback
 from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
 from atroposlib.utils.replies import answer_section
-from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
-from atroposlib.utils.tool_calls import ToolCallError, call_from_object, load_json
+from atroposlib.utils.tool_calls import ToolCallError, extract_tool_call_blocks, parse_call_block
 
 ActionFormat = Literal["tool_call", "tag"]
 ACTION_TOOL = "take_action"
@@ -90,7 +89,7 @@ def parse_action(reply: str, action_format: ActionFormat, argument: str = "actio
     if len(blocks) != 1:
         raise InvalidAction(f"expected one take_action call, found {len(blocks)}")
     try:
-        call = call_from_object(load_json(blocks[0]))
+        call = parse_call_block(blocks[0])
     except ToolCallError as exc:
         raise InvalidAction(f"malformed tool call: {exc}") from None
     if call.name != ACTION_TOOL:

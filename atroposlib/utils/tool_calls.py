@@ -1,33 +1,79 @@
-"""Hermes tool calls as values: read them from a reply and compare them with the expected ones.
+"""Tool calls in model text: the one module that reads them, writes them and compares them.
 
-A call is written ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; a reply may hold several
-(parallel calls). Two sets of calls are the same when they are equal as multisets of JSON values: the
-order of calls and of object keys does not matter, numbers compare by value (``250`` = ``250.0``),
-booleans are not numbers (``true`` != ``1``), strings and lists compare exactly, nested values
-structurally.
+Formats read:
 
-:func:`reply_tool_calls` reads a model reply strictly (the reply conventions of
-:mod:`atroposlib.utils.replies`: nothing inside the think block counts); :func:`expected_tool_calls`
-reads a data set's expected answer, which may also be written as a Python literal
-(``{'name': 'f', 'arguments': {'x': True}}``), as some Hermes data sets do.
+* Hermes blocks, ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; a reply may hold several
+  (parallel calls). :func:`extract_tool_call_blocks` returns their contents and refuses tags that do not
+  pair up; :func:`extract_tool_call` returns the first block under any of several tag names.
+* The call object inside a block: ``name`` a non-empty string, ``arguments`` an object, a string holding
+  a JSON object (OpenAI style) or absent (:func:`call_from_object`, :func:`decode_arguments`).
+
+Strict readers take JSON only, with no repeated key, NaN or Infinity (:func:`parse_call_block`,
+:func:`reply_tool_calls`, :func:`split_tool_calls`). :func:`expected_tool_calls` also takes Python
+literals (``{'name': 'f', 'arguments': {'x': True}}``), as some Hermes data sets write them.
+:func:`parse_tool_call` is the lenient reader of one call (single quotes accepted, errors reported as
+the ``"-ERROR-"`` name).
+
+Two sets of calls are the same when they are equal as multisets of JSON values: the order of calls and
+of object keys does not matter, numbers compare by value (``250`` = ``250.0``), booleans are not numbers
+(``true`` != ``1``), strings and lists compare exactly, nested values structurally.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import logging
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from atroposlib.utils.replies import answer_section
-from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
+
+logger = logging.getLogger(__name__)
+
+#: The tool name :func:`parse_tool_call` returns for a call it cannot read.
+ERROR_TOOL_NAME = "-ERROR-"
 
 
 class ToolCallError(ValueError):
     """Text or a value that is not a well-formed tool call; the message says why."""
+
+
+def _block_pattern(tag: str) -> re.Pattern:
+    return re.compile(f"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.DOTALL)
+
+
+def extract_tool_call(text: str, preferred_tags: list[str] | None = None) -> str | None:
+    """Content of the first ``<tag>...</tag>`` block (stripped), trying each tag in order.
+
+    ``preferred_tags`` defaults to ``["tool_call"]``. Returns None when no tag pair is found or
+    ``text`` is not a string.
+    """
+    if not isinstance(text, str):
+        return None
+    for tag in preferred_tags or ["tool_call"]:
+        match = _block_pattern(tag).search(text)
+        if match:
+            return match.group(1).strip()
+    return None
+
+
+def extract_tool_call_blocks(text: str, tag: str = "tool_call") -> list[str] | None:
+    """Contents (stripped) of every ``<tag>...</tag>`` block of ``text``, in order.
+
+    Returns an empty list when there is no block, and None when the tags do not pair up: an opening
+    tag that never closes, a closing tag without an opening one, or a block nested in another.
+    """
+    pattern = _block_pattern(tag)
+    blocks = [match.strip() for match in pattern.findall(text)]
+    rest = pattern.sub("", text)
+    if f"<{tag}>" in rest or f"</{tag}>" in rest or any(f"<{tag}>" in block for block in blocks):
+        return None
+    return blocks
 
 
 def canonical_value(value: Any) -> Any:
@@ -115,6 +161,15 @@ def load_json(text: str) -> Any:
         raise ToolCallError(f"not valid JSON ({exc.msg})") from None
 
 
+def decode_arguments(arguments: Any) -> Any:
+    """The arguments of a call as written: a string is decoded as strict JSON (OpenAI style, an empty
+    string is ``{}``), any other value is returned as it is. Raises :class:`ToolCallError` for a string
+    that is not JSON; whether the result is an object is the caller's check."""
+    if isinstance(arguments, str):
+        return load_json(arguments) if arguments.strip() else {}
+    return arguments
+
+
 def call_from_object(value: Any) -> ToolCall:
     """A :class:`ToolCall` from a decoded ``{"name": ..., "arguments": ...}`` object.
 
@@ -127,12 +182,33 @@ def call_from_object(value: Any) -> ToolCall:
     name = value.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ToolCallError("a tool call needs a non-empty string 'name'")
-    arguments = value.get("arguments", {})
-    if isinstance(arguments, str):
-        arguments = load_json(arguments) if arguments.strip() else {}
+    arguments = decode_arguments(value.get("arguments", {}))
     if not isinstance(arguments, dict):
         raise ToolCallError(f"the arguments of {name!r} must be a JSON object")
     return ToolCall(name=name, arguments=canonical_value(arguments))
+
+
+def parse_call_block(block: str) -> ToolCall:
+    """The call written in one block's content, in strict JSON (see :func:`call_from_object`).
+
+    Raises :class:`ToolCallError` saying what is wrong with it.
+    """
+    return call_from_object(load_json(block))
+
+
+def split_tool_calls(text: str) -> Optional[tuple[str, list[ToolCall]]]:
+    """``(content, calls)`` of model text: the text before its first ``<tool_call>`` block and every
+    block's call, in order; ``(text, [])`` when there is no block. None when the tags do not pair up
+    or a block is not one call in strict JSON."""
+    blocks = extract_tool_call_blocks(text)
+    if blocks is None:
+        return None
+    try:
+        calls = [parse_call_block(block) for block in blocks]
+    except ToolCallError:
+        return None
+    content = text.split("<tool_call>", 1)[0] if calls else text
+    return content, calls
 
 
 def reply_tool_calls(reply: str) -> Optional[list[ToolCall]]:
@@ -149,7 +225,7 @@ def reply_tool_calls(reply: str) -> Optional[list[ToolCall]]:
     if blocks is None:
         return None
     try:
-        return [call_from_object(load_json(block)) for block in blocks]
+        return [parse_call_block(block) for block in blocks]
     except ToolCallError:
         return None
 
@@ -191,3 +267,58 @@ def reply_matches(reply: str, expected: Sequence[ToolCall]) -> bool:
     """Whether ``reply`` makes exactly the ``expected`` calls (see :func:`reply_tool_calls`)."""
     calls = reply_tool_calls(reply)
     return calls is not None and bool(expected) and same_calls(calls, expected)
+
+
+def _load_lenient(content: str) -> Any:
+    """JSON of a call; models often write Python-style single quotes, so retry with them swapped."""
+    try:
+        return json.loads(content, strict=False)
+    except json.JSONDecodeError:
+        return json.loads(content.replace("'", '"'), strict=False)
+
+
+def _tool_names(available_tools: list) -> set[str]:
+    """Names of tools given as ``{"name": ...}`` or OpenAI's ``{"function": {"name": ...}}``."""
+    names = set()
+    for tool in available_tools:
+        if not isinstance(tool, dict):
+            continue
+        if "name" in tool:
+            names.add(tool["name"])
+        elif isinstance(tool.get("function"), dict) and "name" in tool["function"]:
+            names.add(tool["function"]["name"])
+    return names
+
+
+def parse_tool_call(
+    response: str, available_tools: list[dict] | None = None, preferred_tags: list[str] | None = None
+) -> tuple[str, dict[str, Any], bool]:
+    """The first call of ``response``, read leniently: ``(tool_name, arguments, is_error)``.
+
+    Reads the first block of ``preferred_tags`` (default ``["tool_call"]``); single quotes and
+    arguments given as a JSON string are accepted. On any problem (no block, invalid JSON, not an
+    object, a name not among ``available_tools`` when given) the name is ``"-ERROR-"`` and
+    ``is_error`` is True; the arguments are kept when the JSON itself parsed.
+    """
+    content = extract_tool_call(response, preferred_tags)
+    if not content:
+        logger.debug("no tool call found in response %r", str(response)[:200])
+        return ERROR_TOOL_NAME, {}, True
+    try:
+        call = _load_lenient(content)
+    except (json.JSONDecodeError, ValueError) as exc:
+        logger.debug("tool call is not valid JSON (%s): %r", exc, content[:200])
+        return ERROR_TOOL_NAME, {}, True
+    if not isinstance(call, dict):
+        logger.debug("tool call is not a JSON object: %r", content[:200])
+        return ERROR_TOOL_NAME, {}, True
+    name = call.get("name", "")
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments, strict=False)
+        except json.JSONDecodeError:
+            pass
+    if available_tools and (not name or name not in _tool_names(available_tools)):
+        return ERROR_TOOL_NAME, arguments, True
+    return name, arguments, False

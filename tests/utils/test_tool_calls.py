@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
+from atroposlib.utils import tool_call_parser
 from atroposlib.utils.tool_calls import (
     ToolCall,
     ToolCallError,
     call_from_object,
     canonical_json,
+    decode_arguments,
     expected_tool_calls,
+    extract_tool_call_blocks,
     json_values_equal,
+    parse_call_block,
     reply_matches,
     reply_tool_calls,
     same_calls,
+    split_tool_calls,
 )
 
 CONVERT = ToolCall("convert_currency", {"amount": 250, "from_currency": "USD", "to_currency": "EUR"})
@@ -185,3 +189,35 @@ def test_expected_calls_accept_python_literals():
 
 def test_to_text_round_trips():
     assert reply_tool_calls(CONVERT.to_text() + PRIME_97.to_text()) == [CONVERT, PRIME_97]
+
+
+def test_the_compat_module_re_exports_the_one_reader():
+    from atroposlib.utils import tool_calls
+
+    for name in ("extract_tool_call", "extract_tool_call_blocks", "parse_tool_call", "ERROR_TOOL_NAME"):
+        assert getattr(tool_call_parser, name) is getattr(tool_calls, name)
+
+
+def test_a_block_is_one_call_in_strict_json():
+    assert parse_call_block('{"name": "f", "arguments": "{\\"x\\": 1.0}"}') == ToolCall("f", {"x": 1})
+    for bad in ('{"name": "f", "name": "g"}', "{'name': 'f'}", '{"name": "f", "arguments": NaN}', "[1]"):
+        with pytest.raises(ToolCallError):
+            parse_call_block(bad)
+
+
+def test_arguments_are_decoded_as_written():
+    assert decode_arguments('{"x": 1.0}') == {"x": 1.0}
+    assert decode_arguments("  ") == {}
+    assert decode_arguments([1]) == [1]
+    with pytest.raises(ToolCallError):
+        decode_arguments("{oops")
+
+
+def test_text_splits_into_content_and_calls():
+    text = (
+        'Checking.\n<tool_call>{"name": "f", "arguments": {}}</tool_call><tool_call>{"name": "g"}</tool_call>'
+    )
+    assert split_tool_calls(text) == ("Checking.\n", [ToolCall("f", {}), ToolCall("g", {})])
+    assert split_tool_calls("no calls") == ("no calls", [])
+    assert split_tool_calls('<tool_call>{"name": "f"}') is None
+    assert split_tool_calls("<tool_call>{}</tool_call>") is None

@@ -6,9 +6,10 @@ qwen3 ...). Inbound (caller -> model): assistant messages carrying ``tool_calls`
 into the exact raw text that produced them (remembered by call id), or a best-effort
 ``<tool_call>{json}</tool_call>`` rendering, so the chat template reproduces the trained tokens.
 
-vLLM is optional: without it parsing is disabled (raw text is returned unchanged) and a warning is
-emitted; message conversion and decoding still work. vLLM is imported only when a translator is
-built (importing it takes seconds).
+Without vLLM, the ``hermes`` format is read by :func:`atroposlib.utils.tool_calls.split_tool_calls`
+(strict JSON blocks); other parser names then disable parsing (raw text is returned unchanged, with a
+warning), while message conversion and decoding still work. vLLM is imported only when a translator
+is built (importing it takes seconds).
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import uuid
 import warnings
+from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from atroposlib.utils.tool_calls import ToolCallError, decode_arguments, split_tool_calls
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +43,38 @@ def _load_vllm_parsing():
     return ToolParserManager, ChatCompletionRequest
 
 
+@dataclass(frozen=True)
+class ParsedFunction:
+    """The function part of a parsed call: its name and its arguments as a JSON string."""
+
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ParsedToolCall:
+    """A call read without vLLM, shaped like vLLM's ``ToolCall`` (``.id``, ``.function``)."""
+
+    function: ParsedFunction
+    id: str = field(default_factory=lambda: f"chatcmpl-tool-{uuid.uuid4().hex}")
+    type: str = "function"
+
+
+class _HermesParser:
+    """The ``hermes`` format read by :func:`split_tool_calls`, answering like a vLLM tool parser."""
+
+    def extract(self, raw_text: str) -> Optional[tuple[Optional[str], list[ParsedToolCall]]]:
+        """``(content before the calls or None, calls)``, or None when the text makes no valid call."""
+        split = split_tool_calls(raw_text)
+        if split is None or not split[1]:
+            return None
+        content, calls = split
+        parsed = [
+            ParsedToolCall(ParsedFunction(c.name, json.dumps(c.arguments, ensure_ascii=False))) for c in calls
+        ]
+        return content or None, parsed
+
+
 class ToolCallTranslator:
     """Parse tool calls out of model text and rebuild model text from tool calls.
 
@@ -56,10 +93,15 @@ class ToolCallTranslator:
         self._request_cls = None
         #: tool_call id -> the raw model text that produced it.
         self.call_id_to_raw_text: dict[str, str] = {}
+        #: Without vLLM: the built-in hermes reader, or None (parsing disabled).
+        self._fallback: Optional[_HermesParser] = None
         if not VLLM_AVAILABLE:
+            if parser_name == "hermes":
+                self._fallback = _HermesParser()
+                return
             warnings.warn(
-                "vLLM is not installed: tool call parsing is disabled and model output is returned as text "
-                "(pip install vllm to enable it).",
+                f"vLLM is not installed: the {parser_name!r} tool parser is unavailable, so tool call parsing "
+                "is disabled and model output is returned as text (pip install vllm to enable it).",
                 stacklevel=2,
             )
             return
@@ -79,7 +121,11 @@ class ToolCallTranslator:
         "length"). With ``tool_choice == "none"``, no tools, or no parser, the text is returned as is.
         Tool calls are vLLM ``ToolCall`` objects (``.id``, ``.function.name``, ``.function.arguments``).
         """
-        if tool_choice == "none" or not tools or self.parser is None:
+        if tool_choice == "none" or not tools:
+            return raw_text, None, "stop"
+        if self._fallback is not None:
+            return self._remember(raw_text, self._fallback.extract(raw_text))
+        if self.parser is None:
             return raw_text, None, "stop"
         request = self._request_cls(
             messages=[{"role": "user", "content": ""}],
@@ -88,11 +134,21 @@ class ToolCallTranslator:
             tool_choice=tool_choice or "auto",
         )
         result = self.parser.extract_tool_calls(raw_text, request)
-        if result.tools_called and result.tool_calls:
-            for call in result.tool_calls:
-                self.call_id_to_raw_text[call.id] = raw_text
-            return result.content, list(result.tool_calls), "tool_calls"
-        return raw_text, None, "stop"
+        found = (
+            (result.content, list(result.tool_calls)) if result.tools_called and result.tool_calls else None
+        )
+        return self._remember(raw_text, found)
+
+    def _remember(
+        self, raw_text: str, found: Optional[tuple[Optional[str], list[Any]]]
+    ) -> tuple[Optional[str], Optional[list[Any]], str]:
+        """The answer of :meth:`parse_model_output`, remembering the raw text of each call id."""
+        if found is None:
+            return raw_text, None, "stop"
+        content, calls = found
+        for call in calls:
+            self.call_id_to_raw_text[call.id] = raw_text
+        return content, calls, "tool_calls"
 
     def reconstruct_raw_text_from_tool_calls(self, tool_calls: list[dict]) -> str:
         """The raw text for OpenAI-format ``tool_calls``: the remembered original when the first id
@@ -108,9 +164,9 @@ class ToolCallTranslator:
             name = _call_field(function, "name") or ""
             arguments = _call_field(function, "arguments") or "{}"
             try:
-                parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
-            except (json.JSONDecodeError, TypeError):
-                parsed = arguments
+                parsed = decode_arguments(arguments)
+            except ToolCallError:
+                parsed = arguments  # not JSON: kept as the string the caller sent
             parts.append(f"<tool_call>{json.dumps({'name': name, 'arguments': parsed})}</tool_call>")
         return "\n".join(parts)
 

@@ -18,8 +18,7 @@ from typing import Any, Optional
 
 from atroposlib.envs.tools.base import Tool, ToolError, argument_errors
 from atroposlib.utils.replies import answer_section
-from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
-from atroposlib.utils.tool_calls import ToolCallError, call_from_object, load_json
+from atroposlib.utils.tool_calls import ToolCallError, extract_tool_call_blocks, parse_call_block
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ class ToolTurn:
 
 async def _run_one(block: str, tools: Mapping[str, Tool], timeout_s: Optional[float]) -> ToolCallRecord:
     try:
-        call = call_from_object(load_json(block))
+        call = parse_call_block(block)
     except ToolCallError as exc:
         return ToolCallRecord(None, None, False, f"malformed tool call: {exc}")
     tool = tools.get(call.name)

@@ -33,8 +33,14 @@ from typing import Any, Optional
 from atroposlib.evals.bfcl.data import AST_CATEGORIES, BfclItem, BfclUnavailable, bfcl_package
 from atroposlib.evals.bfcl.prompt import tool_name
 from atroposlib.utils.replies import answer_section
-from atroposlib.utils.tool_call_parser import extract_tool_call_blocks
-from atroposlib.utils.tool_calls import ToolCall, ToolCallError, call_from_object, load_json
+from atroposlib.utils.tool_calls import (
+    ToolCall,
+    ToolCallError,
+    call_from_object,
+    decode_arguments,
+    extract_tool_call_blocks,
+    load_json,
+)
 
 #: The model name handed to the checker (only used for the dot-replacement lookup).
 CHECKER_MODEL = "atroposlib-hermes-fc"
@@ -98,10 +104,8 @@ def decode_reply(reply: str) -> Optional[list[dict[str, dict[str, Any]]]]:
             call = call_from_object(value)
         except ToolCallError:
             return None
-        arguments = value.get("arguments", {})
-        if isinstance(arguments, str):
-            arguments = load_json(arguments) if arguments.strip() else {}
-        calls.append({call.name: arguments})
+        # Values as written (not canonical): BFCL's type rules tell 1 from 1.0.
+        calls.append({call.name: decode_arguments(value.get("arguments", {}))})
     return calls
 
 
