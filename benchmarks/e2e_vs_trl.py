@@ -14,7 +14,7 @@ Each run trains for ``--duration`` seconds of training time (ours: from the mome
 is healthy; TRL: from the start of ``train()``; start-up is printed separately). Every ``--eval-every``
 seconds the newest weights are set aside (ours: the trainer's checkpoint of its latest step; TRL: an
 in-memory copy), and only after both runs are they evaluated, with the demo's own code
-(:func:`example_trainer.heldout_eval.evaluate_heldout`, greedy, the same 500 held-out problems), so
+(:func:`example_trainer.demo.heldout_eval.evaluate_heldout`, greedy, the same 500 held-out problems), so
 evaluation never takes training time (accuracy at a given time is interpolated between the snapshots
 around it). The two alternate for ``--repeats`` rounds; printed are steps/min,
 sequences/s, the training time each needs to reach each accuracy level (``--levels``, or by default the
@@ -116,7 +116,7 @@ class RunResult:
 # the shared pieces: settings, warm start, evaluation
 # ---------------------------------------------------------------------------------------------------------
 def demo_config(args: argparse.Namespace, run_dir: Path | None = None, steps: int = 100_000) -> Any:
-    from example_trainer.demo import DemoConfig
+    from example_trainer.demo.pipeline import DemoConfig
 
     values: dict[str, Any] = {
         "steps": steps,
@@ -141,7 +141,7 @@ def demo_config(args: argparse.Namespace, run_dir: Path | None = None, steps: in
 def warm_checkpoint(args: argparse.Namespace) -> Path:
     """The demo's warm-started model (trained once, then from the demo's cache)."""
     from atroposlib.testing.tiny_model import build_tiny_model
-    from example_trainer.sft_warmstart import warm_start
+    from example_trainer.demo.sft_warmstart import warm_start
 
     cfg = demo_config(args)
     settings = cfg.sft_settings()
@@ -162,7 +162,7 @@ def evaluate_snapshots(results: list[RunResult], args: argparse.Namespace, warm:
     """Held-out accuracy of every snapshot, with the demo's evaluation (greedy, the same problems)."""
     import torch
 
-    from example_trainer.heldout_eval import evaluate_heldout, load_causal_lm
+    from example_trainer.demo.heldout_eval import evaluate_heldout, load_causal_lm
 
     torch.set_num_threads(os.cpu_count() or 1)
     task = task_for(args)
@@ -204,7 +204,7 @@ class _NoProgress:
 def run_ours(args: argparse.Namespace, warm: Path, work: Path, rnd: int) -> RunResult:
     from rich.console import Console
 
-    from example_trainer.demo import Demo, _read_new_records, _read_rollout_stats
+    from example_trainer.demo.pipeline import Demo, _read_new_records, _read_rollout_stats
 
     run_dir = work / f"ours-{rnd}"
     demo = Demo(demo_config(args, run_dir), Console(stderr=True, highlight=False, quiet=True))
@@ -284,7 +284,7 @@ def run_trl(args: argparse.Namespace, warm: Path, work: Path, rnd: int) -> RunRe
     from trl import GRPOConfig, GRPOTrainer
 
     from environments.arithmetic_server import score_completion
-    from example_trainer.heldout_eval import load_causal_lm
+    from example_trainer.demo.heldout_eval import load_causal_lm
 
     torch.set_num_threads(args.trl_threads)
     task = task_for(args)

@@ -46,8 +46,8 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from atroposlib.testing.api_process import ApiProcess, free_port  # noqa: E402
-from example_trainer.demo_processes import ServiceProcess  # noqa: E402
-from example_trainer.server_lifetime import ServerPidFile  # noqa: E402
+from example_trainer.demo.processes import ServiceProcess  # noqa: E402
+from example_trainer.inference.server_lifetime import ServerPidFile  # noqa: E402
 
 ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server.py"
 #: The task of both environments, the warm start and the held-out evaluation.
@@ -403,7 +403,7 @@ class FaultRun:
 def warm_model() -> Path:
     """The tiny local model after a short supervised warm start on :data:`TASK` (cached)."""
     from atroposlib.testing.tiny_model import build_tiny_model, default_cache_dir
-    from example_trainer.sft_warmstart import SftSettings, warm_start
+    from example_trainer.demo.sft_warmstart import SftSettings, warm_start
 
     settings = SftSettings(steps=150, batch_size=32, lr=3e-3, warmup_steps=20)
     model_dir, _ = warm_start(build_tiny_model(), TASK, settings, default_cache_dir() / "faults")
@@ -413,7 +413,7 @@ def warm_model() -> Path:
 def heldout_accuracy(model_dir: Path) -> float:
     """Greedy accuracy on :data:`TASK`'s held-out split (never among the environments' training problems)."""
     from environments.arithmetic_server import ArithmeticTask
-    from example_trainer.heldout_eval import evaluate_model_dir
+    from example_trainer.demo.heldout_eval import evaluate_model_dir
 
     return evaluate_model_dir(model_dir, ArithmeticTask(**TASK), max_new_tokens=6).accuracy
 

@@ -6,7 +6,7 @@ of them, three ways:
 
 * ``full logits``: ``model(tokens).logits`` over the padded batch, then ``log_softmax`` and a gather (the
   trainer before the chunked head: the ``[B, K, V]`` logits exist, in the model's dtype and in float32);
-* ``chunked, padded``: :func:`example_trainer.logprobs.sequence_logprobs` on the padded rows, the output head
+* ``chunked, padded``: :func:`example_trainer.grpo.logprobs.sequence_logprobs` on the padded rows, the output head
   run ``--chunk`` positions at a time (forward and backward);
 * ``chunked, packed``: the same on the rows packed into one padding-free row (position ids restarting per
   sequence). With SDPA (no flash-attention installed) transformers gives the packed row a block-diagonal
@@ -55,7 +55,7 @@ def build_model(device: str, dtype: torch.dtype, layers: int | None) -> torch.nn
 def make_rows(longest: int, rows: int, vocab: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``tokens``, ``labels`` [rows, longest]: lengths mixed as RL produces them (one at ``longest``, the
     rest log-uniform down to ``longest / 16``), the first 64 positions a prompt (not scored)."""
-    from example_trainer.data import IGNORE_INDEX
+    from example_trainer.grpo.data import IGNORE_INDEX
 
     rng = random.Random(seed)
     lengths = [longest] + [
@@ -73,14 +73,14 @@ def make_rows(longest: int, rows: int, vocab: int, seed: int = 0) -> tuple[torch
 
 
 def full_logits(model, tokens, labels, temperatures):
-    from example_trainer.loss import token_logprobs
+    from example_trainer.grpo.loss import token_logprobs
 
     return token_logprobs(model(tokens).logits, labels, temperatures)
 
 
 def computations(model, tokens, labels, temperatures, args, packed: bool) -> dict:
     """The ways to compare, by name: each a function returning the log-probabilities [B, K]."""
-    from example_trainer.logprobs import sequence_logprobs
+    from example_trainer.grpo.logprobs import sequence_logprobs
 
     device = args.device
 

@@ -40,7 +40,7 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("weight refresh", ("weight_refresh", "load_weights", "save_pretrained", "safetensors")),
     ("backward", ("backward (torch/", "_engine_run_backward", "autograd/__init__")),
     ("optimizer step", ("optim/adamw", "optim/optimizer", "clip_grad_norm")),
-    ("GRPO loss", ("compute_grpo_loss", "example_trainer/loss.py")),
+    ("GRPO loss", ("compute_grpo_loss", "example_trainer/grpo/loss.py")),
     ("vLLM scheduler", ("v1/core/sched", "kv_cache_manager", "block_pool", "Scheduler.")),
     ("vLLM sampler", ("v1/sample",)),
     (

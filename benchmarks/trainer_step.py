@@ -102,9 +102,9 @@ def make_batch(args: argparse.Namespace, vocab: int, mixed: bool = False) -> lis
 
 class Ours:
     def __init__(self, model_dir: Path, args: argparse.Namespace, groups: list[dict]) -> None:
-        from example_trainer.config import TrainingConfig
-        from example_trainer.model import load_model_and_tokenizer, trainable_parameters
-        from example_trainer.training import create_optimizer
+        from example_trainer.grpo.config import TrainingConfig
+        from example_trainer.grpo.model import load_model_and_tokenizer, trainable_parameters
+        from example_trainer.grpo.step import create_optimizer
 
         self.config = TrainingConfig(
             model_name=str(model_dir), device="cpu", optimizer="adamw", lr=1e-5,
@@ -116,8 +116,8 @@ class Ours:
         self.groups = groups
 
     def step(self) -> None:
-        from example_trainer.data import prepare_batch
-        from example_trainer.training import run_training_step
+        from example_trainer.grpo.data import prepare_batch
+        from example_trainer.grpo.step import run_training_step
 
         batch = prepare_batch(self.groups, self.config.batch_size)
         run_training_step(self.model, self.optimizer, batch, self.config, step=10)
@@ -159,7 +159,7 @@ class Trl:
     @staticmethod
     def _inputs(groups: list[dict], micro: int, pad: int) -> list[dict]:
         """TRL's per-micro-batch tensors: left-padded prompts, right-padded completions, advantages, old logps."""
-        from example_trainer.data import normalize_scores
+        from example_trainer.grpo.data import normalize_scores
 
         rows = []
         for g in groups:
@@ -234,8 +234,8 @@ def _computed_tokens(side: str, impl: Ours | Trl, groups: list[dict]) -> int:
     """Positions the model runs per step, padding included."""
     if side == "trl":
         return sum(int(i["prompt_ids"].numel() + i["completion_ids"].numel()) for i in impl.inputs)
-    from example_trainer.data import prepare_batch
-    from example_trainer.packing import micro_batch_tokens, micro_batches, row_lengths
+    from example_trainer.grpo.data import prepare_batch
+    from example_trainer.grpo.packing import micro_batch_tokens, micro_batches, row_lengths
 
     config = impl.config
     batch = prepare_batch(groups, config.batch_size)

@@ -47,14 +47,14 @@ def _served_diff(url: str, model: Any) -> float:
 
 def measure_shape(shape: str, work: Path, batch: int, seq: int, repeats: int) -> dict[str, Any]:
     from atroposlib.testing.api_process import free_port
-    from example_trainer.checkpointing import save_checkpoint
-    from example_trainer.config import TrainingConfig
-    from example_trainer.device_check import DeviceCheckConfig, build_model
-    from example_trainer.model import load_model_and_tokenizer, trainable_parameters
-    from example_trainer.training import create_optimizer
-    from example_trainer.vllm_manager import VllmManager
-    from example_trainer.weight_broadcast import WeightBroadcaster, unique_named_tensors
-    from example_trainer.weight_refresh import request_weight_update
+    from example_trainer.demo.device_check import DeviceCheckConfig, build_model
+    from example_trainer.grpo.checkpointing import save_checkpoint
+    from example_trainer.grpo.config import TrainingConfig
+    from example_trainer.grpo.model import load_model_and_tokenizer, trainable_parameters
+    from example_trainer.grpo.step import create_optimizer
+    from example_trainer.inference.vllm_manager import VllmManager
+    from example_trainer.inference.weight_broadcast import WeightBroadcaster, unique_named_tensors
+    from example_trainer.inference.weight_refresh import request_weight_update
 
     model_dir = build_model(DeviceCheckConfig(device="cpu", shape=shape, sft_steps=0), work / shape / "model")
     cfg = TrainingConfig(

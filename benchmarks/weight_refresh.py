@@ -1,6 +1,6 @@
 """How long does it take the trainer's vLLM server to serve new weights?
 
-Runs the real server (``example_trainer.vllm_api_server`` under ``VllmManager``) on the tiny local
+Runs the real server (``example_trainer.inference.vllm_api_server`` under ``VllmManager``) on the tiny local
 model and times, from the trainer's side, until the server answers with the new weights:
 
 * ``restart``       stop vLLM and start it on the new checkpoint (the original trainer's way);
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from atroposlib.testing.api_process import free_port  # noqa: E402
 from atroposlib.testing.tiny_model import build_tiny_model  # noqa: E402
-from example_trainer.vllm_manager import VllmManager, VllmManagerConfig  # noqa: E402
+from example_trainer.inference.vllm_manager import VllmManager, VllmManagerConfig  # noqa: E402
 from tests.helpers.inference import (  # noqa: E402
     assert_close,
     hf_prompt_logprobs,

@@ -2,7 +2,7 @@
 top-k logprobs on the student's own tokens (:mod:`atroposlib.envs.teacher_distillation_env`).
 
 The teacher is any OpenAI-compatible server returning top-k logprobs; on a CPU,
-``python -m example_trainer.teacher_server --model TEACHER_DIR --port 9003`` serves a local model::
+``python -m example_trainer.inference.teacher_server --model TEACHER_DIR --port 9003`` serves a local model::
 
     python environments/arithmetic_server_teacher_distill.py serve \\
         --openai.base_url http://localhost:9001/v1 --openai.model_name STUDENT_DIR \\

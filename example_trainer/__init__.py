@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from example_trainer.cli import config_from_args, parse_args
-from example_trainer.config import TrainingConfig
+from example_trainer.grpo.cli import config_from_args, parse_args
+from example_trainer.grpo.config import TrainingConfig
 
 _LAZY = {"train", "train_legacy", "train_lora", "train_lora_restart", "train_shared_vllm", "TrainingResult"}
 
@@ -28,7 +28,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from example_trainer import trainers
+        from example_trainer.grpo import loop as trainers
 
         return getattr(trainers, name)
     raise AttributeError(f"module 'example_trainer' has no attribute {name!r}")

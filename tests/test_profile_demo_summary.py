@@ -20,11 +20,11 @@ def test_samples_are_charged_to_the_innermost_process_and_part(tmp_path):
     worker = 'process 3:"python -B -c from multiprocessing.spawn import spawn_main"'
     raw = tmp_path / "demo.raw"
     raw.write_text(
-        f"{demo};{trainer};thread (0x1);train (example_trainer/training.py:10);"
+        f"{demo};{trainer};thread (0x1);train (example_trainer/grpo/step.py:10);"
         "backward (torch/_tensor.py:5);_engine_run_backward (torch/autograd/graph.py:1) 40\n"
         f"{demo};{worker};thread (0x2);worker_busy_loop (vllm/x.py:1);"
         "MessageQueue.acquire_read (vllm/shm.py:3);SpinCondition.wait (vllm/shm.py:9) 20\n"
-        f"{demo};thread (0x3);main (example_trainer/demo.py:1);sleep (time.py:1) 10\n"
+        f"{demo};thread (0x3);main (example_trainer/demo/pipeline.py:1);sleep (time.py:1) 10\n"
         "garbage line without a count\n"
     )
     summary = profile_demo.summarise(raw, rate=20.0)

@@ -275,10 +275,10 @@ _GETTERS = {
 def server_command(
     backend: str, model: str, server: InferenceServer, tp: int, extra: Sequence[str] = ()
 ) -> list[str]:
-    """The command line of one inference server (``vllm``: ``example_trainer.vllm_api_server``, which
+    """The command line of one inference server (``vllm``: ``example_trainer.inference.vllm_api_server``, which
     serves OpenAI routes, ``/generate`` and in-place weight refresh; ``scripted``: the scripted test server)."""
     if backend == "vllm":
-        cmd = [sys.executable, "-m", "example_trainer.vllm_api_server", "--model", model]
+        cmd = [sys.executable, "-m", "example_trainer.inference.vllm_api_server", "--model", model]
         cmd += ["--host", "0.0.0.0", "--port", str(server.port), "--tensor-parallel-size", str(tp)]
     elif backend == "scripted":
         cmd = [sys.executable, "-m", "atroposlib.testing.scripted_server", "--host", "0.0.0.0"]

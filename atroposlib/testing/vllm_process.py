@@ -22,7 +22,7 @@ from atroposlib.testing.processes import read_tail, stop_process, wait_until_ok
 #: original's ``/generate``, ``/health_generate``, ``/bridge/*`` and ``/lora/*`` routes.
 ENTRYPOINTS = {
     "vllm": ["-m", "vllm.entrypoints.openai.api_server"],
-    "atropos": ["-m", "example_trainer.vllm_api_server"],
+    "atropos": ["-m", "example_trainer.inference.vllm_api_server"],
 }
 
 

@@ -1,5 +1,5 @@
 """Teacher-distillation environments: a teacher's top-k logprobs from an OpenAI-compatible server
-(``example_trainer.teacher_server``, the tiny model) attached to every group the student generates."""
+(``example_trainer.inference.teacher_server``, the tiny model) attached to every group the student generates."""
 
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from atroposlib.testing.api_process import free_port
 from atroposlib.testing.processes import stop_process, wait_until_ok
 from environments.arithmetic_server_teacher_distill import ArithmeticTeacherDistillEnv
 from environments.gsm8k_server_teacher_distill import GSM8kTeacherDistillEnv
-from example_trainer.heldout_eval import load_causal_lm
+from example_trainer.demo.heldout_eval import load_causal_lm
 from tests.helpers.cli_runs import arithmetic_responder, read_jsonl
 
 
 @pytest.fixture
 def teacher_url(tiny_model_dir, tmp_path):
-    """``example_trainer.teacher_server`` serving the tiny model on a free loopback port."""
+    """``example_trainer.inference.teacher_server`` serving the tiny model on a free loopback port."""
     port = free_port()
     log = open(tmp_path / "teacher.log", "w")  # closed in the finally below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "example_trainer.teacher_server", "--model", str(tiny_model_dir),
+        [sys.executable, "-m", "example_trainer.inference.teacher_server", "--model", str(tiny_model_dir),
          "--port", str(port)],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip

@@ -6,7 +6,7 @@ import pytest
 import requests
 
 from atroposlib.testing.api_process import free_port, launch_api
-from example_trainer.api import (
+from example_trainer.grpo.api_client import (
     AtroposApiError,
     AtroposClient,
     check_atropos_api,
@@ -14,7 +14,7 @@ from example_trainer.api import (
     register_trainer,
     registration_payload,
 )
-from example_trainer.config import TrainingConfig
+from example_trainer.grpo.config import TrainingConfig
 from tests.helpers.trainer import make_group
 
 

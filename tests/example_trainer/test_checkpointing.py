@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from example_trainer.checkpointing import (
+from example_trainer.grpo.checkpointing import (
     find_latest_checkpoint,
     list_checkpoints,
     load_training_state,
@@ -17,10 +17,10 @@ from example_trainer.checkpointing import (
     resolve_resume_path,
     save_checkpoint,
 )
-from example_trainer.config import TrainingConfig
-from example_trainer.data import prepare_batch
-from example_trainer.model import load_model_and_tokenizer, trainable_parameters
-from example_trainer.training import create_optimizer, run_training_step
+from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.data import prepare_batch
+from example_trainer.grpo.model import load_model_and_tokenizer, trainable_parameters
+from example_trainer.grpo.step import create_optimizer, run_training_step
 from tests.helpers.trainer import make_group
 
 
@@ -90,7 +90,7 @@ def test_layout_is_loadable_by_transformers_and_vllm(tiny_model_dir, tmp_path):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
     assert loaded.config.use_cache is True
     assert AutoTokenizer.from_pretrained(path)("1 + 2")["input_ids"] == tok("1 + 2")["input_ids"]
-    from example_trainer.weight_refresh import validate_checkpoint_dir
+    from example_trainer.inference.weight_refresh import validate_checkpoint_dir
 
     assert validate_checkpoint_dir(path) == path.resolve()
     meta = json.loads((path / "trainer_state" / "state.json").read_text())

@@ -6,8 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from example_trainer import TrainingConfig, config_from_args, parse_args
-from example_trainer.cli import build_parser, describe_validation_error
 from example_trainer.grpo import main
+from example_trainer.grpo.cli import build_parser, describe_validation_error
 
 ORIGINAL_DEFAULTS = {
     "lr": 1e-5,

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from example_trainer import data as data_mod
-from example_trainer.data import (
+from example_trainer.grpo import data as data_mod
+from example_trainer.grpo.data import (
     normalize_scores,
     pad_data_to_good_offset,
     padded_length,

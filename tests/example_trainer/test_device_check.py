@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from example_trainer.device_check import MODES, QWEN25_05B, build_parser, format_line
+from example_trainer.demo.device_check import MODES, QWEN25_05B, build_parser, format_line
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from example_trainer.config import TrainingConfig
-from example_trainer.data import IGNORE_INDEX, ScoreShaping, prepare_batch
-from example_trainer.model import load_model_and_tokenizer, trainable_parameters
-from example_trainer.training import create_optimizer, run_training_step
+from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.data import IGNORE_INDEX, ScoreShaping, prepare_batch
+from example_trainer.grpo.model import load_model_and_tokenizer, trainable_parameters
+from example_trainer.grpo.step import create_optimizer, run_training_step
 from tests.helpers.trainer import make_group
 
 
@@ -100,7 +100,7 @@ def test_shared_prompts_and_row_by_row_give_the_same_distillation_step(tiny_conf
         _with_teacher(_one_prompt(make_group(n=4, seed=7, scores=[1.0, 0.0, 0.5, 0.0]))),
         _one_prompt(make_group(n=4, seed=9, scores=[0.0, 1.0, 0.0, 0.0])),  # no teacher
     ]
-    from example_trainer.training import shared_prefix_layout
+    from example_trainer.grpo.step import shared_prefix_layout
 
     assert shared_prefix_layout(prepare_batch(groups, 8).micro_batches[0]) is not None
     config = tiny_config.model_copy(

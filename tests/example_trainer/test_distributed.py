@@ -18,9 +18,9 @@ import torch
 from safetensors.torch import load_file
 
 from atroposlib.testing.api_process import launch_api
-from example_trainer.checkpointing import STATE_JSON, STATE_TENSORS, read_trainer_state
-from example_trainer.data import prepare_batch
-from example_trainer.distributed import (
+from example_trainer.grpo.checkpointing import STATE_JSON, STATE_TENSORS, read_trainer_state
+from example_trainer.grpo.data import prepare_batch
+from example_trainer.grpo.distributed import (
     DistContext,
     DistributedConfigError,
     local_micro_batches,
@@ -29,7 +29,7 @@ from example_trainer.distributed import (
     resolve_ranks,
     shard_bounds,
 )
-from example_trainer.reporting import read_metrics
+from example_trainer.grpo.reporting import read_metrics
 from tests.helpers.trainer import make_group, post_groups
 
 REPO = Path(__file__).resolve().parents[2]
@@ -237,11 +237,11 @@ import torch
 from safetensors.torch import load_file
 from torch.distributed.tensor import DTensor
 
-from example_trainer.checkpointing import gather_full_state, load_training_state, save_checkpoint
-from example_trainer.config import TrainingConfig
-from example_trainer.distributed import barrier, init_distributed, is_sharded, wrap_model
-from example_trainer.model import load_model_and_tokenizer, trainable_parameters
-from example_trainer.training import create_optimizer
+from example_trainer.grpo.checkpointing import gather_full_state, load_training_state, save_checkpoint
+from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.distributed import barrier, init_distributed, is_sharded, wrap_model
+from example_trainer.grpo.model import load_model_and_tokenizer, trainable_parameters
+from example_trainer.grpo.step import create_optimizer
 
 model_dir, save = sys.argv[1], sys.argv[2]
 config = TrainingConfig(
@@ -297,7 +297,7 @@ def test_fsdp_shards_the_model_and_round_trips_its_checkpoint(tmp_path, tiny_mod
 def test_fsdp_is_refused_where_it_cannot_run(tiny_model_dir):
     from pydantic import ValidationError
 
-    from example_trainer.config import TrainingConfig
+    from example_trainer.grpo.config import TrainingConfig
 
     with pytest.raises(ValidationError, match="LoRA modes run with ddp"):
         TrainingConfig(

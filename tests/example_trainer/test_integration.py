@@ -16,10 +16,10 @@ import requests
 import torch
 
 from atroposlib.testing.api_process import free_port
-from example_trainer.checkpointing import read_trainer_state
-from example_trainer.config import TrainingConfig
-from example_trainer.reporting import read_metrics
-from example_trainer.trainers import train
+from example_trainer.grpo.checkpointing import read_trainer_state
+from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.loop import train
+from example_trainer.grpo.reporting import read_metrics
 from tests.helpers.trainer import post_groups as _post_groups
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from example_trainer import loss as loss_mod
-from example_trainer.loss import compute_grpo_loss, token_logprobs
+from example_trainer.grpo import loss as loss_mod
+from example_trainer.grpo.loss import compute_grpo_loss, token_logprobs
 
 EPS = 0.2
 
@@ -159,7 +159,7 @@ def test_accumulation_scaling():
 def test_missing_inference_logprobs_falls_back_to_on_policy_with_one_warning(caplog):
     logits, labels = _setup()
     adv = torch.tensor([[0.5], [-1.0]])
-    with caplog.at_level(logging.WARNING, logger="example_trainer.loss"):
+    with caplog.at_level(logging.WARNING, logger="example_trainer.grpo.loss"):
         out, grad = _grad(logits, labels, adv, None)
         compute_grpo_loss(logits, labels, adv, None, None)
     assert sum("no inference_logprobs" in r.message for r in caplog.records) == 1

@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
-from example_trainer import loss as loss_mod
-from example_trainer.advantages import group_advantages, overlong_penalty
-from example_trainer.loss import LossSettings, StepTotals, policy_loss
+from example_trainer.grpo import loss as loss_mod
+from example_trainer.grpo.advantages import group_advantages, overlong_penalty
+from example_trainer.grpo.loss import LossSettings, StepTotals, policy_loss
 
 MASK = torch.tensor([[True, True, False], [True, True, True]])
 LOGP = torch.tensor([[-1.0, -0.5, 0.0], [-2.0, -1.0, -0.2]])

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from example_trainer.cli import config_from_args, describe_validation_error, parse_args
-from example_trainer.data import ScoreShaping
 from example_trainer.grpo import main
-from example_trainer.loss import LossSettings
+from example_trainer.grpo.cli import config_from_args, describe_validation_error, parse_args
+from example_trainer.grpo.data import ScoreShaping
+from example_trainer.grpo.loss import LossSettings
 
 CONFIG_MD = Path(__file__).resolve().parents[2] / "CONFIG.md"
 

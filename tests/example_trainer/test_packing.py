@@ -14,11 +14,11 @@ import random
 import pytest
 import torch
 
-from example_trainer.data import IGNORE_INDEX, MicroBatch, prepare_batch
-from example_trainer.distributed import DistContext, local_micro_batches
-from example_trainer.logprobs import packs_efficiently, plain_output_head, sequence_logprobs
-from example_trainer.loss import token_logprobs
-from example_trainer.packing import (
+from example_trainer.grpo.data import IGNORE_INDEX, MicroBatch, prepare_batch
+from example_trainer.grpo.distributed import DistContext, local_micro_batches
+from example_trainer.grpo.logprobs import packs_efficiently, plain_output_head, sequence_logprobs
+from example_trainer.grpo.loss import token_logprobs
+from example_trainer.grpo.packing import (
     batch_rows,
     micro_batch_tokens,
     micro_batches,
@@ -229,9 +229,9 @@ def _mixed_length_batch():
 
 def _step(tiny_model_dir, tmp_path, share_prefixes=False, **settings):
     """(loss, gradients) of one step of ``run_training_step`` on the float64 tiny model."""
-    from example_trainer.config import TrainingConfig
-    from example_trainer.model import load_model_and_tokenizer, trainable_parameters
-    from example_trainer.training import run_training_step
+    from example_trainer.grpo.config import TrainingConfig
+    from example_trainer.grpo.model import load_model_and_tokenizer, trainable_parameters
+    from example_trainer.grpo.step import run_training_step
 
     cfg = TrainingConfig(
         model_name=str(tiny_model_dir), device="cpu", optimizer="adamw", save_path=str(tmp_path),
@@ -265,9 +265,9 @@ LAYOUTS = {
 @pytest.fixture(scope="module")
 def full_logits_step(tiny_model_dir, tmp_path_factory):
     """The step as the loss sees it with the whole batch's padded full logits in one micro-batch."""
-    from example_trainer.config import TrainingConfig
-    from example_trainer.loss import StepTotals, compute_grpo_loss
-    from example_trainer.model import load_model_and_tokenizer, trainable_parameters
+    from example_trainer.grpo.config import TrainingConfig
+    from example_trainer.grpo.loss import StepTotals, compute_grpo_loss
+    from example_trainer.grpo.model import load_model_and_tokenizer, trainable_parameters
 
     cfg = TrainingConfig(
         model_name=str(tiny_model_dir), device="cpu", save_path=str(tmp_path_factory.mktemp("ref"))

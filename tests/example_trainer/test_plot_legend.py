@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from example_trainer.reporting import plot_training_curves, training_figure
+from example_trainer.grpo.reporting import plot_training_curves, training_figure
 
 pytest.importorskip("matplotlib", reason="the plot needs matplotlib (the trainer extra)")
 

@@ -1,6 +1,6 @@
 """Remote inference servers (``--inference-server-urls`` / ``--num-inference-nodes``) refreshed from checkpoints.
 
-The servers here are small recording HTTP servers standing in for ``example_trainer.vllm_api_server``
+The servers here are small recording HTTP servers standing in for ``example_trainer.inference.vllm_api_server``
 (whose ``/bridge/update_weights`` route has its own tests against real vLLM).
 """
 
@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from example_trainer.config import TrainingConfig
-from example_trainer.trainers import InferenceSync, remote_inference_urls
+from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.loop import InferenceSync, remote_inference_urls
 from tests.helpers.slurm import install_scontrol
 
 

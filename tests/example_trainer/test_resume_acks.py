@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from example_trainer.api import AtroposClient
-from example_trainer.checkpointing import read_trainer_state
-from example_trainer.config import TrainingConfig
-from example_trainer.trainers import train
+from example_trainer.grpo.api_client import AtroposClient
+from example_trainer.grpo.checkpointing import read_trainer_state
+from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.loop import train
 from tests.helpers.trainer import post_groups
 
 

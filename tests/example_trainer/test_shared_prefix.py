@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 
-from example_trainer.config import TrainingConfig
-from example_trainer.data import prepare_batch
-from example_trainer.model import load_model_and_tokenizer
-from example_trainer.training import run_training_step, shared_prefix_layout, supports_shared_prefixes
+from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.data import prepare_batch
+from example_trainer.grpo.model import load_model_and_tokenizer
+from example_trainer.grpo.step import run_training_step, shared_prefix_layout, supports_shared_prefixes
 from tests.helpers.trainer import make_group
 
 

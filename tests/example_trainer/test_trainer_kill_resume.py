@@ -15,8 +15,8 @@ import pytest
 
 from atroposlib.testing.api_process import free_port
 from atroposlib.testing.processes import read_tail, stop_process
-from example_trainer.checkpointing import STATE_JSON
-from example_trainer.server_lifetime import ServerPidFile, process_start_time
+from example_trainer.grpo.checkpointing import STATE_JSON
+from example_trainer.inference.server_lifetime import ServerPidFile, process_start_time
 from tests.helpers.trainer import post_groups
 
 pytestmark = pytest.mark.slow

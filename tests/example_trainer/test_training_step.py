@@ -7,10 +7,10 @@ import logging
 import pytest
 import torch
 
-from example_trainer.config import TrainingConfig
-from example_trainer.data import prepare_batch
-from example_trainer.model import load_model_and_tokenizer, trainable_parameters
-from example_trainer.training import create_optimizer, lr_at_step, run_training_step
+from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.data import prepare_batch
+from example_trainer.grpo.model import load_model_and_tokenizer, trainable_parameters
+from example_trainer.grpo.step import create_optimizer, lr_at_step, run_training_step
 from tests.helpers.trainer import make_group
 
 
@@ -118,7 +118,7 @@ def test_lora_trains_adapters_only_and_kl_uses_the_base(tiny_model_dir, tmp_path
 
 def test_windowed_step_equals_the_full_padded_computation(tiny_model_dir, tmp_path):
     """The step skips padding columns and prompt-only logits; the gradient must not change."""
-    from example_trainer.loss import compute_grpo_loss
+    from example_trainer.grpo.loss import compute_grpo_loss
 
     cfg = _config(tiny_model_dir, tmp_path, batch_size=4, max_grad_norm=1e9)
     model, _ = load_model_and_tokenizer(cfg)

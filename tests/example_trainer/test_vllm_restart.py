@@ -9,8 +9,8 @@ import requests
 import torch
 
 from atroposlib.testing.api_process import free_port
-from example_trainer.config import TrainingConfig
-from example_trainer.trainers import train
+from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.loop import train
 from tests.helpers.trainer import post_groups as _post_groups
 
 PROMPT_IDS = [5, 17, 33, 60, 7, 101]

@@ -9,10 +9,10 @@ import requests
 import torch
 
 from atroposlib.testing.api_process import free_port
-from example_trainer.config import TrainingConfig
-from example_trainer.heldout_eval import load_causal_lm
-from example_trainer.run import build_parser, main
-from example_trainer.trainers import train
+from example_trainer.demo.heldout_eval import load_causal_lm
+from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.launcher import build_parser, main
+from example_trainer.grpo.loop import train
 from tests.helpers.trainer import post_groups
 
 PROMPT = [5, 17, 29, 41, 53, 65, 77]

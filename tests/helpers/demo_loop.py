@@ -13,11 +13,11 @@ from typing import Any
 import torch
 
 from environments.arithmetic_server import ArithmeticTask, score_completion
-from example_trainer.config import TrainingConfig
-from example_trainer.data import IGNORE_INDEX, prepare_batch
-from example_trainer.heldout_eval import chat_prompt_ids, evaluate_heldout
-from example_trainer.model import load_model_and_tokenizer, trainable_parameters
-from example_trainer.training import create_optimizer, run_training_step
+from example_trainer.demo.heldout_eval import chat_prompt_ids, evaluate_heldout
+from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.data import IGNORE_INDEX, prepare_batch
+from example_trainer.grpo.model import load_model_and_tokenizer, trainable_parameters
+from example_trainer.grpo.step import create_optimizer, run_training_step
 
 #: The demo's task with its default settings (so its warm start is the demo's, from the same cache).
 TASK = {"min_digits": 1, "max_digits": 2, "operations": ["+"], "seed": 0, "eval_size": 500}

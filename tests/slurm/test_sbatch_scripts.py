@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from atroposlib.testing.api_process import free_port, launch_api
-from example_trainer.reporting import read_metrics
+from example_trainer.grpo.reporting import read_metrics
 
 pytestmark = pytest.mark.slurm
 

@@ -4,7 +4,7 @@ Chat and text completions use vLLM's OpenAI routes. Token-level calls
 (``tokens_and_logprobs_completion``, ``get_logprobs``, hence ``ManagedServer``) work against both
 kinds of vLLM server:
 
-* the trainer's server (``example_trainer.vllm_api_server``) through the original's ``POST
+* the trainer's server (``example_trainer.inference.vllm_api_server``) through the original's ``POST
   /generate`` contract: ``{"prompt": {"prompt_token_ids": ids}, "logprobs": 0, ...sampling params}``
   answered by ``{"logprobs": [[[{id: lp}], ...] per choice], "finish_reasons": [...], ...}``;
 * a plain ``vllm serve`` OpenAI server (no ``/generate``) through ``POST /v1/completions`` with the
@@ -144,7 +144,7 @@ class VLLMServer(ConfigTokenizerMixin, OpenAICompatibleServer):
         if not isinstance(result, dict) or "logprobs" not in result or "finish_reasons" not in result:
             raise BackendProtocolError(
                 "/generate did not answer with 'logprobs' and 'finish_reasons'; the server must implement the "
-                "token-level /generate contract (example_trainer.vllm_api_server) or be a plain vLLM OpenAI server"
+                "token-level /generate contract (example_trainer.inference.vllm_api_server) or be a plain vLLM OpenAI server"
             )
         token_ids = result.get("token_ids")
         outputs, logprobs = [], []

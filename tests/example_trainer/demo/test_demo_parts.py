@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from example_trainer.demo import (
+from example_trainer.demo.pipeline import (
     DemoConfig,
     _prune_checkpoints,
     _read_new_records,
@@ -19,7 +19,7 @@ from example_trainer.demo import (
     describe_error,
     format_final_line,
 )
-from example_trainer.demo_processes import ServiceProcess, still_running
+from example_trainer.demo.processes import ServiceProcess, still_running
 from tests.helpers.serve import wait_for
 
 FINAL_LINE = re.compile(r"^held-out accuracy: \d\.\d\d -> \d\.\d\d \(\d+ steps, \d+ s\)$")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from example_trainer.demo import _read_rollout_stats, _reward_line, _rollout_summary
+from example_trainer.demo.pipeline import _read_rollout_stats, _reward_line, _rollout_summary
 
 
 def _stats(step, reward, dropped, scored=32):

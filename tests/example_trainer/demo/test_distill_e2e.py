@@ -1,6 +1,6 @@
 """On-policy distillation end to end on a CPU, through the API: the demo with ``--teacher-model`` runs run-api,
 the trainer (``--distill-coef``, its hf inference server serving the student), the teacher's scoring server
-(``example_trainer.teacher_server``) and ``arithmetic_server_teacher_distill.py``, each a process; a student
+(``example_trainer.inference.teacher_server``) and ``arithmetic_server_teacher_distill.py``, each a process; a student
 with a short warm start, distilled from a longer-warm-started teacher, moves its held-out accuracy towards
 the teacher's."""
 
@@ -16,8 +16,8 @@ import pytest
 
 from atroposlib.testing.tiny_model import default_cache_dir
 from environments.arithmetic_server import ArithmeticTask
-from example_trainer.heldout_eval import evaluate_model_dir
-from example_trainer.sft_warmstart import SftSettings, warm_start
+from example_trainer.demo.heldout_eval import evaluate_model_dir
+from example_trainer.demo.sft_warmstart import SftSettings, warm_start
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from atroposlib.testing.tiny_model import default_cache_dir
-from example_trainer.demo import DemoConfig
-from example_trainer.sft_warmstart import warm_start
+from example_trainer.demo.pipeline import DemoConfig
+from example_trainer.demo.sft_warmstart import warm_start
 from tests.helpers.demo_loop import TASK, train_on_task
 
 pytestmark = pytest.mark.slow

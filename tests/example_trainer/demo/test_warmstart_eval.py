@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from environments.arithmetic_server import ArithmeticTask, sft_examples
-from example_trainer.heldout_eval import (
+from example_trainer.demo.heldout_eval import (
     chat_prompt_ids,
     evaluate_heldout,
     evaluate_model_dir,
     greedy_replies,
     load_causal_lm,
 )
-from example_trainer.sft_warmstart import (
+from example_trainer.demo.sft_warmstart import (
     IGNORE_INDEX,
     SftSettings,
     cache_key,

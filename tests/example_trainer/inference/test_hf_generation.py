@@ -1,4 +1,4 @@
-"""The hf inference backend (example_trainer.hf_generation) on the tiny local model, in process."""
+"""The hf inference backend (example_trainer.inference.hf_generation) on the tiny local model, in process."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from fastapi.testclient import TestClient
 
 from atroposlib.testing.api_process import free_port
 from atroposlib.testing.tiny_model import build_tiny_model
-from example_trainer.heldout_eval import chat_prompt_ids, greedy_replies, load_causal_lm
-from example_trainer.hf_generation import HfGenerator, build_app
-from example_trainer.vllm_manager import VllmManager, VllmManagerConfig
+from example_trainer.demo.heldout_eval import chat_prompt_ids, greedy_replies, load_causal_lm
+from example_trainer.inference.hf_generation import HfGenerator, build_app
+from example_trainer.inference.vllm_manager import VllmManager, VllmManagerConfig
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def test_manager_starts_the_hf_server_and_reloads_it(model_dir, tmp_path):
         vllm_port=free_port(), backend="hf", refresh_mode="reload", log_dir=str(tmp_path), startup_timeout=120
     )
     manager = VllmManager(cfg)
-    assert "example_trainer.hf_generation" in manager.command(str(model_dir))
+    assert "example_trainer.inference.hf_generation" in manager.command(str(model_dir))
     with manager:
         manager.start(str(model_dir))
         assert manager.is_healthy()

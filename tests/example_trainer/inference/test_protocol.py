@@ -17,7 +17,7 @@ from vllm.logprobs import Logprob  # noqa: E402
 from vllm.outputs import CompletionOutput, RequestOutput  # noqa: E402
 from vllm.sampling_params import RequestOutputKind  # noqa: E402
 
-from example_trainer.vllm_api_server import (  # noqa: E402
+from example_trainer.inference.vllm_api_server import (  # noqa: E402
     BadRequest,
     format_generate_response,
     list_adapter_dirs,
@@ -147,7 +147,7 @@ def test_log_level_accepts_lower_case_and_sets_uvicorn_level():
 
 
 def test_parser_defaults_match_the_original_server():
-    from example_trainer.vllm_api_server import make_parser
+    from example_trainer.inference.vllm_api_server import make_parser
 
     args = make_parser().parse_args(normalize_argv(["--model", "m", "--log-level", "info"]))
     assert args.port == 9001 and args.host is None

@@ -55,7 +55,7 @@ def assets(tiny_model_dir, tmp_path_factory):
 def manager(assets):
     pytest.importorskip("vllm")
     from atroposlib.testing.api_process import free_port
-    from example_trainer.vllm_manager import VllmManager, VllmManagerConfig
+    from example_trainer.inference.vllm_manager import VllmManager, VllmManagerConfig
 
     config = VllmManagerConfig(
         model_name=SERVED_NAME,
@@ -141,7 +141,7 @@ def test_reload_refresh_swaps_weights_in_place_without_dropping_requests(manager
 
 def test_reload_refuses_an_incompatible_checkpoint_and_keeps_serving(manager, assets):
     from atroposlib.testing.tiny_model import TinyModelSpec, build_tiny_model
-    from example_trainer.vllm_manager import VllmError
+    from example_trainer.inference.vllm_manager import VllmError
 
     other = build_tiny_model(TinyModelSpec(hidden_size=64, intermediate_size=128))
     with pytest.raises(VllmError, match="hidden_size=64"):
@@ -214,10 +214,10 @@ def test_sleep_and_wake_up(manager):
 
 
 def test_a_dead_server_is_restarted_once_then_reported(manager, assets, caplog):
-    from example_trainer.vllm_manager import VllmDiedError
+    from example_trainer.inference.vllm_manager import VllmDiedError
 
     first_pid = manager.pid
-    with caplog.at_level("ERROR", logger="example_trainer.vllm_manager"):
+    with caplog.at_level("ERROR", logger="example_trainer.inference.vllm_manager"):
         os.killpg(first_pid, signal.SIGKILL)  # the manager's own server, by its own process group
 
         def restarted() -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import save_file
 
-from example_trainer.vllm_manager import (
+from example_trainer.inference.vllm_manager import (
     VllmError,
     VllmManager,
     VllmManagerConfig,
@@ -21,7 +21,7 @@ from example_trainer.vllm_manager import (
     has_tokenizer,
     port_in_use,
 )
-from example_trainer.weight_refresh import (
+from example_trainer.inference.weight_refresh import (
     CheckpointError,
     check_compatible,
     safetensors_shapes,
@@ -114,7 +114,7 @@ def test_compatibility_without_reference_checks_config_only(tmp_path):
 
 # --- manager configuration -------------------------------------------------------------------------
 def test_config_from_training_config_maps_names_and_modes(tmp_path):
-    from example_trainer.config import TrainingConfig
+    from example_trainer.grpo.config import TrainingConfig
 
     base = {"model_name": "m", "log_dir": str(tmp_path), "vllm_port": 9123, "max_model_len": 512}
     cfg = VllmManagerConfig.from_training_config(TrainingConfig(**base))
@@ -159,7 +159,7 @@ def test_command_line(tmp_path, tiny_model_dir):
     mgr._served_name = "org/base"
     cmd = mgr.command(str(no_tok))
     joined = " ".join(cmd)
-    assert cmd[1:3] == ["-m", "example_trainer.vllm_api_server"]
+    assert cmd[1:3] == ["-m", "example_trainer.inference.vllm_api_server"]
     assert (
         "--served-model-name org/base" in joined
         and "--port 9555" in joined

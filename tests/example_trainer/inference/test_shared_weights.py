@@ -21,8 +21,8 @@ import torch
 from atroposlib.testing.api_process import free_port
 from atroposlib.testing.processes import read_tail, stop_process, wait_until_ok
 from atroposlib.testing.tiny_model import build_tiny_model
-from example_trainer.heldout_eval import load_causal_lm
-from example_trainer.shared_weights import (
+from example_trainer.demo.heldout_eval import load_causal_lm
+from example_trainer.inference.shared_weights import (
     SharedWeightsError,
     attach_manifest,
     build_shared_model,
@@ -30,7 +30,7 @@ from example_trainer.shared_weights import (
     map_to_model,
     segment_paths,
 )
-from example_trainer.weight_broadcast import WeightBroadcaster, unique_named_tensors
+from example_trainer.inference.weight_broadcast import WeightBroadcaster, unique_named_tensors
 
 PROMPT = [5, 17, 29, 41, 53, 65, 77]
 
@@ -40,7 +40,7 @@ def _start_server(model_dir: Path, log: Path, *extra: str) -> tuple[subprocess.P
     cmd = [
         sys.executable,
         "-m",
-        "example_trainer.hf_generation",
+        "example_trainer.inference.hf_generation",
         "--model",
         str(model_dir),
         "--port",

@@ -1,8 +1,8 @@
 """Refresh a running vLLM engine's weights from a checkpoint directory, without a restart.
 
-Server side (used by ``example_trainer.vllm_api_server``'s ``POST /bridge/update_weights``):
+Server side (used by ``example_trainer.inference.vllm_api_server``'s ``POST /bridge/update_weights``):
 pause the scheduler, have every worker reload its weights in place from the checkpoint
-(:mod:`example_trainer.weight_refresh_worker`, called through ``collective_rpc``), drop the
+(:mod:`example_trainer.inference.weight_refresh_worker`, called through ``collective_rpc``), drop the
 prefix cache that was computed with the old weights, resume. The engine, its KV cache, compiled graphs and the HTTP
 server stay up, so this takes a fraction of a second on a small model instead of a full restart.
 
@@ -26,7 +26,7 @@ from typing import Any
 import requests
 
 #: The vLLM worker extension that provides the in-place reload (see weight_refresh_worker).
-WORKER_EXTENSION = "example_trainer.weight_refresh_worker.WeightRefreshExtension"
+WORKER_EXTENSION = "example_trainer.inference.weight_refresh_worker.WeightRefreshExtension"
 #: How in-flight requests are handled while weights change (vLLM's pause modes):
 #: ``wait`` lets them finish on the old weights first, ``keep`` freezes them and continues them
 #: on the new weights, ``abort`` cancels them.

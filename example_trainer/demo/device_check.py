@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server.py"
 MODES = ("shared_vllm", "none-broadcast", "lora_only", "none-reload")
 #: Qwen2.5-0.5B's architecture (its config.json), built locally with random weights.
@@ -148,7 +148,7 @@ def warm_start(model: Any, tokenizer: Any, cfg: DeviceCheckConfig) -> list[float
     import torch
 
     from environments.arithmetic_server import sft_examples
-    from example_trainer.sft_warmstart import collate, encode_example
+    from example_trainer.demo.sft_warmstart import collate, encode_example
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
@@ -258,10 +258,10 @@ def run_mode(
     from transformers import AutoTokenizer
 
     from atroposlib.testing.api_process import free_port, launch_api
-    from example_trainer.config import TrainingConfig
-    from example_trainer.demo_processes import ServiceProcess, wait_http_ok
-    from example_trainer.heldout_eval import chat_prompt_ids
-    from example_trainer.trainers import train
+    from example_trainer.demo.heldout_eval import chat_prompt_ids
+    from example_trainer.demo.processes import ServiceProcess, wait_http_ok
+    from example_trainer.grpo.config import TrainingConfig
+    from example_trainer.grpo.loop import train
 
     run = root / mode
     shutil.rmtree(run, ignore_errors=True)

@@ -1,7 +1,7 @@
 """How the rows of one optimizer step become micro-batches.
 
 A prepared batch is a set of rows (one per sequence) with row-aligned per-row and per-token tensors: the
-fields of :class:`~example_trainer.data.MicroBatch` (tokens, labels, advantages, temperatures, rollout
+fields of :class:`~example_trainer.grpo.data.MicroBatch` (tokens, labels, advantages, temperatures, rollout
 log-probabilities, teacher data, and whatever is added there later). This module treats those fields
 generically: :func:`batch_rows` joins micro-batches into one set of rows, :func:`select_rows` takes any
 subset of them, so every per-token field travels with its row whatever the grouping.
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import torch
 
-from example_trainer.data import IGNORE_INDEX, MicroBatch, PreparedBatch
+from example_trainer.grpo.data import IGNORE_INDEX, MicroBatch, PreparedBatch
 
 
 def _optional(field: dataclasses.Field) -> bool:
@@ -69,7 +69,7 @@ def batch_rows(micro_batches: Sequence[MicroBatch]) -> MicroBatch:
 
 def select_rows(rows: MicroBatch, index: Sequence[int] | torch.Tensor) -> MicroBatch:
     """The micro-batch of ``rows`` at ``index`` (any order); an optional field with no known value in
-    those rows is None, as :func:`~example_trainer.data.prepare_batch` leaves it."""
+    those rows is None, as :func:`~example_trainer.grpo.data.prepare_batch` leaves it."""
     index = torch.as_tensor(index, dtype=torch.long)
     values: dict[str, torch.Tensor | None] = {}
     for field in dataclasses.fields(MicroBatch):

@@ -1,8 +1,8 @@
 """Worker-side half of the in-place weight refresh, the weight broadcast and the shared weights (a vLLM
 worker extension).
 
-``example_trainer.vllm_api_server`` starts vLLM with
-``--worker-extension-cls example_trainer.weight_refresh_worker.WeightRefreshExtension``; vLLM mixes
+``example_trainer.inference.vllm_api_server`` starts vLLM with
+``--worker-extension-cls example_trainer.inference.weight_refresh_worker.WeightRefreshExtension``; vLLM mixes
 this class into every worker, and the server calls its methods by name through
 ``engine.collective_rpc("atropos_...", ...)``.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from example_trainer.shared_weights import shared_weights_requested
+from example_trainer.inference.shared_weights import shared_weights_requested
 
 
 def _plain_cpu_linear_layers() -> None:
@@ -68,8 +68,8 @@ class WeightRefreshExtension:
         return {"reprocessed_embeddings": _reprocess_embeddings(worker.model_runner.get_model())}
 
     def atropos_share_weights(self) -> dict[str, Any]:
-        """The manifest of this worker's parameters (:func:`example_trainer.shared_weights.export_parameters`)."""
-        from example_trainer.shared_weights import export_parameters
+        """The manifest of this worker's parameters (:func:`example_trainer.inference.shared_weights.export_parameters`)."""
+        from example_trainer.inference.shared_weights import export_parameters
 
         worker: Any = self
         cached = getattr(worker, "_atropos_manifest", None)
@@ -82,8 +82,8 @@ class WeightRefreshExtension:
     def atropos_join_weight_group(
         self, host: str, port: int, world_size: int, rank: int, backend: str, timeout: float
     ) -> None:
-        """Join the trainer's weight group (:class:`example_trainer.weight_broadcast.WeightReceiver`)."""
-        from example_trainer.weight_broadcast import WeightReceiver
+        """Join the trainer's weight group (:class:`example_trainer.inference.weight_broadcast.WeightReceiver`)."""
+        from example_trainer.inference.weight_broadcast import WeightReceiver
 
         worker: Any = self
         receiver = WeightReceiver()

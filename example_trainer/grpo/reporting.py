@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from example_trainer.config import TrainingConfig
+from example_trainer.grpo.config import TrainingConfig
 
 logger = logging.getLogger(__name__)
 

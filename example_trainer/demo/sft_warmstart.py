@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from example_trainer.heldout_eval import chat_prompt_ids, load_causal_lm
+from example_trainer.demo.heldout_eval import chat_prompt_ids, load_causal_lm
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ The model is replicated (``--distributed-strategy ddp``: ``DistributedDataParall
 (``fsdp``: FSDP2's ``fully_shard`` per decoder layer, parameters, gradients and optimizer state split over
 the ranks). With FSDP every forward pass and every checkpoint is a collective, so every rank runs the same
 forwards (the zero-weight micro-batches above) and joins every checkpoint
-(:func:`example_trainer.checkpointing.gather_full_state`).
+(:func:`example_trainer.grpo.checkpointing.gather_full_state`).
 
 Ranks and world size come from the launcher (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` as set by
 ``torchrun``) or, without one, from ``--trainer-rank`` / ``--world-size``; the process group is joined
@@ -40,8 +40,8 @@ from typing import Any
 
 import torch
 
-from example_trainer.data import MicroBatch, PreparedBatch
-from example_trainer.packing import batch_rows, micro_batches, plan_micro_batches, row_lengths
+from example_trainer.grpo.data import MicroBatch, PreparedBatch
+from example_trainer.grpo.packing import batch_rows, micro_batches, plan_micro_batches, row_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ def micro_batches_per_rank(num_sequences: int, world_size: int, batch_size: int)
 
 
 def _full(batch: PreparedBatch) -> dict[str, torch.Tensor]:
-    """The whole batch as row-aligned tensors by field name (see :func:`example_trainer.packing.batch_rows`;
+    """The whole batch as row-aligned tensors by field name (see :func:`example_trainer.grpo.packing.batch_rows`;
     fields no micro-batch has are left out)."""
     rows = batch_rows(batch.micro_batches)
     return {f.name: getattr(rows, f.name) for f in fields(rows) if getattr(rows, f.name) is not None}
@@ -279,7 +279,7 @@ def local_micro_batches(
 ) -> list[MicroBatch | None]:
     """This rank's micro-batches of the global ``batch``; ``None`` entries are zero-weight placeholders.
 
-    The rank's rows (:func:`shard_bounds`) are grouped by :func:`example_trainer.packing.plan_micro_batches`;
+    The rank's rows (:func:`shard_bounds`) are grouped by :func:`example_trainer.grpo.packing.plan_micro_batches`;
     every rank gets as many entries as the rank with the most micro-batches (:func:`micro_batches_per_rank`
     when grouping by ``batch_size``).
     """

@@ -292,7 +292,7 @@ def load_training_state(
     tensors = load_file(str(path / STATE_TENSORS), device="cpu")
     if optimizer is not None and "optimizer" in meta:
         full = _optimizer_from_flat(meta["optimizer"], tensors)
-        from example_trainer.distributed import is_sharded
+        from example_trainer.grpo.distributed import is_sharded
 
         if is_sharded(model):
             _load_sharded_optimizer(model, optimizer, full)

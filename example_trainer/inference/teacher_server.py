@@ -2,7 +2,7 @@
 OpenAI-compatible ``/v1/completions`` (echo with logprobs), the route teacher-distillation environments
 call on any OpenAI-compatible server (``teacher_logprob_route: echo``)::
 
-    python -m example_trainer.teacher_server --model DIR --port 9003 [--torch-threads 1] [--api-key KEY]
+    python -m example_trainer.inference.teacher_server --model DIR --port 9003 [--torch-threads 1] [--api-key KEY]
 
 * ``GET /health``: 200 once the model is loaded; ``GET /v1/models``: the served model name.
 * ``POST /v1/completions`` with ``echo: true``: ``prompt`` is a list of token ids (or a string, tokenized
@@ -31,7 +31,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from example_trainer.vllm_api_server import ApiError, _api_error_handler, _json_body
+from example_trainer.inference.vllm_api_server import ApiError, _api_error_handler, _json_body
 
 logger = logging.getLogger("atropos-teacher-server")
 
@@ -58,7 +58,7 @@ class Scorer:
     """The model (float32, eval mode) and the one lock its forward passes take turns on."""
 
     def __init__(self, model_dir: str) -> None:
-        from example_trainer.heldout_eval import load_causal_lm
+        from example_trainer.demo.heldout_eval import load_causal_lm
 
         self.model, self.tokenizer = load_causal_lm(model_dir)
         self.vocab_size = int(self.model.config.vocab_size)
@@ -170,7 +170,7 @@ def build_app(scorer: Scorer, served_name: str, api_key: str | None) -> FastAPI:
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m example_trainer.teacher_server",
+        prog="python -m example_trainer.inference.teacher_server",
         description="Serve a Hugging Face model's top-k prompt logprobs (OpenAI /v1/completions with echo).",
     )
     parser.add_argument("--model", required=True, help="local model directory")

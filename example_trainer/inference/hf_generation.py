@@ -6,10 +6,10 @@ queues, a minute of start-up. This server is one process that loads the model wi
 batches the requests that arrive together into one ``generate`` call and answers the routes the
 trainer and the environments use::
 
-    python -m example_trainer.hf_generation --model DIR --port 9001 [--torch-threads 1]
+    python -m example_trainer.inference.hf_generation --model DIR --port 9001 [--torch-threads 1]
 
 * ``GET /health``: 200 once the model is loaded.
-* ``POST /generate``: the token-level contract of :mod:`example_trainer.vllm_api_server` (what
+* ``POST /generate``: the token-level contract of :mod:`example_trainer.inference.vllm_api_server` (what
   ``server_type: vllm`` environments call): ``{"prompt": {"prompt_token_ids": [...]}`` (or text, or a
   bare id list), ``n``, ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``logprobs``,
   ``stop_token_ids``} answered by ``{"text", "prompt", "finish_reasons", "logprobs", "prompt_token_ids",
@@ -21,13 +21,13 @@ trainer and the environments use::
   batch already running finishes on the old weights; the update does not wait for it).
 * ``GET /v1/models``: the served model name.
 * ``GET /bridge/shared_weights`` (with ``--shared-weights``): handles to the served parameters, which the
-  trainer maps and trains in place (:mod:`example_trainer.shared_weights`; CPU weights move to shared
+  trainer maps and trains in place (:mod:`example_trainer.inference.shared_weights`; CPU weights move to shared
   memory, CUDA weights are shared through IPC handles); updates then need no route at all.
 * ``POST /bridge/init_weight_group`` and ``POST /bridge/receive_weights``: weights broadcast by the trainer
-  (:mod:`example_trainer.weight_broadcast`), loaded like a checkpoint but without the disk.
+  (:mod:`example_trainer.inference.weight_broadcast`), loaded like a checkpoint but without the disk.
 * ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}`` (checks the adapter) and ``POST /lora/load``
   ``{"adapter_path", "adapter_name"}`` (serves it), ``POST /lora/unload``: a PEFT LoRA adapter, merged into a
-  copy of the base weights (:mod:`example_trainer.lora_merge`), so that ``lora_only`` and ``lora_restart``
+  copy of the base weights (:mod:`example_trainer.grpo.lora_merge`), so that ``lora_only`` and ``lora_restart``
   run on this backend too; every request is then answered by the adapted model.
 
 Requests with the same sampling settings that are waiting when a batch starts are generated together
@@ -57,7 +57,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from example_trainer.vllm_api_server import (
+from example_trainer.inference.vllm_api_server import (
     ApiError,
     LoraLoadBody,
     ReceiveWeightsBody,
@@ -68,7 +68,7 @@ from example_trainer.vllm_api_server import (
     _parsed_body,
     checkpoint_to_load,
 )
-from example_trainer.weight_refresh import CheckpointError, check_compatible
+from example_trainer.inference.weight_refresh import CheckpointError, check_compatible
 
 logger = logging.getLogger("atropos-hf-generation")
 
@@ -176,7 +176,7 @@ class HfGenerator:
         import torch
         from transformers import AutoTokenizer
 
-        from example_trainer.heldout_eval import load_causal_lm
+        from example_trainer.demo.heldout_eval import load_causal_lm
 
         self.torch = torch
         self.model_dir = Path(model_dir)
@@ -190,7 +190,7 @@ class HfGenerator:
         self._manifest: dict[str, Any] | None = None
         self._base_state: dict[str, Any] | None = None  #: the base weights, kept once an adapter is served
         self.adapter: str | None = None
-        from example_trainer.weight_broadcast import WeightReceiver
+        from example_trainer.inference.weight_broadcast import WeightReceiver
 
         self.receiver = WeightReceiver()
         if tokenizer_dir:
@@ -456,7 +456,7 @@ class HfGenerator:
         Raises:
             AdapterError: not an adapter of the served model (the served weights stay).
         """
-        from example_trainer.lora_merge import adapter_deltas, merge_into
+        from example_trainer.grpo.lora_merge import adapter_deltas, merge_into
 
         start = time.perf_counter()
         deltas = adapter_deltas(adapter_dir) if adapter_dir is not None else {}
@@ -477,8 +477,8 @@ class HfGenerator:
         return time.perf_counter() - start
 
     def shared_manifest(self) -> dict[str, Any]:
-        """Handles to the served parameters (:func:`example_trainer.shared_weights.export_parameters`)."""
-        from example_trainer.shared_weights import export_parameters
+        """Handles to the served parameters (:func:`example_trainer.inference.shared_weights.export_parameters`)."""
+        from example_trainer.inference.shared_weights import export_parameters
 
         with self._update_lock:
             if self._manifest is None:
@@ -565,7 +565,7 @@ def build_app(
             raise ApiError(
                 409, "a server with --shared-weights serves the trainer's own weights, not adapters"
             )
-        from example_trainer.lora_merge import AdapterError
+        from example_trainer.grpo.lora_merge import AdapterError
 
         try:
             seconds = await asyncio.to_thread(generator.load_adapter, path)
@@ -616,7 +616,7 @@ class LoadAdapterBody(BaseModel):
 
 def _checked_adapter(path: str) -> None:
     """``ApiError`` 404/400 unless ``path`` is a LoRA adapter directory this backend can merge."""
-    from example_trainer.lora_merge import AdapterError, adapter_deltas
+    from example_trainer.grpo.lora_merge import AdapterError, adapter_deltas
 
     if not Path(path).is_dir():
         raise ApiError(404, f"Adapter not found: {path}")
@@ -628,7 +628,7 @@ def _checked_adapter(path: str) -> None:
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m example_trainer.hf_generation",
+        prog="python -m example_trainer.inference.hf_generation",
         description="Light inference server for small models (Hugging Face generate, /generate contract).",
     )
     parser.add_argument("--model", required=True, help="local model directory")

@@ -20,7 +20,7 @@ the whole optimizer step (every micro-batch, every rank), ``|o_b| = sum_t m_bt``
                advantage is not divided by the group's standard deviation.
 ``dapo``       (Yu et al. 2025) token-level mean over the step, ``L = 1/T sum_bt m (...)``, with the
                asymmetric "clip-higher" range (``eps_hi > eps_lo``, DAPO uses 0.2 / 0.28) and the
-               overlong penalty on the reward (:func:`example_trainer.advantages.overlong_penalty`).
+               overlong penalty on the reward (:func:`example_trainer.grpo.advantages.overlong_penalty`).
 ``gspo``       (Zheng et al. 2025) one importance ratio per sequence, the geometric mean of its token
                ratios ``s_b = exp(1/|o_b| sum_t m (l - lam))``; ``L = 1/N sum_b -min(s A, clip(s) A)``
                (GSPO's ranges are small: 3e-4 / 4e-4).
@@ -57,8 +57,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from example_trainer.data import IGNORE_INDEX
-from example_trainer.reporting import WarnOnce
+from example_trainer.grpo.data import IGNORE_INDEX
+from example_trainer.grpo.reporting import WarnOnce
 
 logger = logging.getLogger(__name__)
 
@@ -386,7 +386,7 @@ def compute_grpo_loss(
     Inputs:
         logits: [B, K, V] current policy logits (any float dtype; computed in float32).
         labels: [B, K] target token ids, -100 where not trained.
-        advantages: [B, 1] per sequence, or [B, K] per token (see :mod:`example_trainer.advantages`).
+        advantages: [B, 1] per sequence, or [B, K] per token (see :mod:`example_trainer.grpo.advantages`).
         temperatures: [B, 1, 1] sampling temperature of each sequence (None = 1).
         inference_logprobs: [B, K] rollout log-probabilities (``NaN`` where unknown) or None.
         teacher_logprobs: [B, K] teacher log-probability of each label (``NaN``: unknown).

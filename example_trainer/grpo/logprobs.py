@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from example_trainer.data import IGNORE_INDEX
+from example_trainer.grpo.data import IGNORE_INDEX
 
 #: Logit entries per chunk of the output head when ``chunk_tokens`` is not given (128 MiB in float32).
 CHUNK_LOGITS = 2**25

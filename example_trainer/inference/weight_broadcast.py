@@ -8,7 +8,7 @@ hold (``POST /bridge/receive_weights``), and broadcasts the buckets; each server
 them in place (vLLM: ``reload_weights`` with the received tensors; the hf server: into its spare copy),
 exactly as if they had been read from a checkpoint, but without writing or reading one.
 
-Server routes (``example_trainer.vllm_api_server`` and ``example_trainer.hf_generation``):
+Server routes (``example_trainer.inference.vllm_api_server`` and ``example_trainer.inference.hf_generation``):
 
 * ``POST /bridge/init_weight_group`` ``{"host", "port", "world_size", "rank", "backend", "timeout"}``:
   join the group (returns once every rank has joined);

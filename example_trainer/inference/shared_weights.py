@@ -1,7 +1,7 @@
 """Single-copy weights (``--weight-bridge-mode shared_vllm``): the trainer trains the inference server's own tensors.
 
 Server side (:func:`export_parameters`, called in the process that holds the weights: a vLLM worker through
-:mod:`example_trainer.weight_refresh_worker`, or :mod:`example_trainer.hf_generation`): every parameter is
+:mod:`example_trainer.inference.weight_refresh_worker`, or :mod:`example_trainer.inference.hf_generation`): every parameter is
 described by a handle to its memory and its place in it, as a JSON-friendly *manifest*:
 
 * CUDA: the parameters stay where they are; each storage is exported as a CUDA IPC handle (what

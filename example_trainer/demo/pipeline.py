@@ -40,10 +40,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticUndefined
 
 from atroposlib.testing.processes import read_tail
-from example_trainer.demo_processes import ServiceProcess, process_create_time, wait_http_ok
+from example_trainer.demo.processes import ServiceProcess, process_create_time, wait_http_ok
 
 PROG = "python -m example_trainer.demo"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server.py"
 #: The environment of a run with ``--teacher-model``: the same task, groups scored by the teacher too.
 DISTILL_ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server_teacher_distill.py"
@@ -138,7 +138,7 @@ class DemoConfig(BaseModel):
     teacher_model: str | None = Field(
         None,
         description="on-policy distillation from this local model: it is served by "
-        "example_trainer.teacher_server and every group carries its top-k logprobs",
+        "example_trainer.inference.teacher_server and every group carries its top-k logprobs",
     )
     teacher_top_k: int = Field(4, ge=0, description="teacher logprobs per position besides the sampled token")
     distill_coef: float = Field(
@@ -169,8 +169,8 @@ class DemoConfig(BaseModel):
         }
 
     def sft_settings(self) -> Any:
-        """The warm start's supervised settings (:class:`~example_trainer.sft_warmstart.SftSettings`)."""
-        from example_trainer.sft_warmstart import SftSettings
+        """The warm start's supervised settings (:class:`~example_trainer.demo.sft_warmstart.SftSettings`)."""
+        from example_trainer.demo.sft_warmstart import SftSettings
 
         return SftSettings(
             steps=self.sft_steps,
@@ -315,7 +315,7 @@ class Demo:
     # --- phases ---------------------------------------------------------------------------------
     def prepare_model(self, progress: Any) -> Path:
         """Base model (tiny model unless ``--model``), then the warm start (trained or from the cache)."""
-        from example_trainer.sft_warmstart import warm_start
+        from example_trainer.demo.sft_warmstart import warm_start
 
         cfg = self.config
         with self.timings.phase("base model"):
@@ -343,7 +343,7 @@ class Demo:
         return model_dir
 
     def evaluate(self, model_dir: Path, label: str) -> float:
-        from example_trainer.heldout_eval import evaluate_model_dir
+        from example_trainer.demo.heldout_eval import evaluate_model_dir
 
         with self.timings.phase(f"eval {label}"):
             result = evaluate_model_dir(model_dir, self._task(), max_new_tokens=self.config.max_answer_tokens)
@@ -457,7 +457,7 @@ class Demo:
         """The teacher's scoring server (``--teacher-model``), before the environment that asks it."""
         cfg = self.config
         cmd = [
-            sys.executable, "-m", "example_trainer.teacher_server", "--model", str(cfg.teacher_model),
+            sys.executable, "-m", "example_trainer.inference.teacher_server", "--model", str(cfg.teacher_model),
             "--port", str(self.teacher_port), "--torch-threads", str(cfg.torch_threads),
         ]  # fmt: skip
         self.teacher = ServiceProcess("teacher", cmd, self.logs / "teacher.log", env=child_env, cwd=REPO_ROOT)
@@ -631,7 +631,7 @@ class Demo:
 
     def _plot(self, before: float, after: float, steps: int) -> None:
         """Redraw the trainer's PNG with the held-out accuracy before and after GRPO on it."""
-        from example_trainer.reporting import plot_training_curves
+        from example_trainer.grpo.reporting import plot_training_curves
 
         metrics = self.ckpt_dir / "metrics.jsonl"
         _append_accuracy(metrics, [(0, before), (steps, after)])

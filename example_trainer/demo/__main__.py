@@ -1,0 +1,5 @@
+import sys
+
+from example_trainer.demo.pipeline import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from example_trainer.grpo.main import main
+
+sys.exit(main())
