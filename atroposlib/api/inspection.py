@@ -16,21 +16,21 @@ def recent_groups(state: TrajectoryState, limit: int, env_id: int | None = None)
 
     Only groups within the last ``inspect_history`` received are visible; ``env_id`` filters by env.
     """
-    low = state.next_gid - 1 - state.inspect_history
+    low = state.next_group_id - 1 - state.inspect_history
     picked: list[GroupRow] = []
-    gid = state.next_gid - 1
-    while gid > low and gid > 0 and len(picked) < limit:
-        row = state.groups.get(gid)
+    group_id = state.next_group_id - 1
+    while group_id > low and group_id > 0 and len(picked) < limit:
+        row = state.groups.get(group_id)
         if row is not None and (env_id is None or row.env_id == env_id):
             picked.append(row)
-        gid -= 1
-    blobs = state.store.read_groups([r.gid for r in picked])
+        group_id -= 1
+    blobs = state.store.read_groups([r.group_id for r in picked])
     entries = []
     for row, blob in zip(picked, blobs, strict=True):
         env = state.env(row.env_id)
         entries.append(
             {
-                "seq": row.gid,
+                "seq": row.group_id,
                 "env_id": row.env_id,
                 "env_name": env.real_name if env else None,
                 "received_step": row.received_step,

@@ -50,14 +50,11 @@ from atroposlib.api.records import (
 from atroposlib.api.responses import dumps
 from atroposlib.api.schemas import RegisterEnv, Registration
 from atroposlib.api.store import (
-    BATCH_PENDING,
-    BATCH_SERVED,
-    LOC_BATCH,
-    LOC_BUFFER,
-    LOC_QUEUE,
-    LOC_RETIRED,
     BatchRow,
+    BatchState,
+    GroupLocation,
     GroupRow,
+    HighWaterMarks,
     Store,
     Transaction,
 )
@@ -101,35 +98,38 @@ class TrajectoryState:
         self.waiting_bytes = 0
         latest_row: GroupRow | None = None
         for row in snap.groups:
-            self.groups[row.gid] = row
-            if row.loc == LOC_QUEUE:
+            self.groups[row.group_id] = row
+            if row.location == GroupLocation.QUEUE:
                 self.queue.append(row)
-            elif row.loc == LOC_BUFFER:
+            elif row.location == GroupLocation.BUFFER:
                 self.buffers.setdefault(row.env_id, []).append(row)
-            elif row.loc == LOC_RETIRED:
-                self.retired.append(row.gid)
-            if row.loc in (LOC_QUEUE, LOC_BUFFER):
+            elif row.location == GroupLocation.RETIRED:
+                self.retired.append(row.group_id)
+            if row.location in (GroupLocation.QUEUE, GroupLocation.BUFFER):
                 self._count_waiting(row.size, row.nbytes)
-            if row.qseq and (latest_row is None or row.qseq > latest_row.qseq):
+            if row.queue_sequence and (latest_row is None or row.queue_sequence > latest_row.queue_sequence):
                 latest_row = row
-        self.queue.sort(key=lambda r: r.qseq)
+        self.queue.sort(key=lambda r: r.queue_sequence)
         heapq.heapify(self.retired)
         for batch in snap.batches:
-            if batch.state == BATCH_PENDING:
+            if batch.state == BatchState.PENDING:
                 self.stack.append(batch)
                 self._count_batch(batch, +1)
             else:
-                self.unacked[batch.bid] = batch
-        hwm = snap.hwm
-        self.next_gid = max([hwm.get("gid", 0), *self.groups]) + 1
-        self.next_bid = max([hwm.get("bid", 0), *(b.bid for b in snap.batches)]) + 1
-        self.next_qseq = max([hwm.get("qseq", 0), snap.latest_qseq, *(r.qseq for r in snap.groups)]) + 1
-        self.next_pos = max([hwm.get("pos", 0), *(b.pos for b in snap.batches)]) + 1
-        self.latest_gid: int | None = None
-        self.latest_blob: bytes | None = snap.latest
-        if latest_row is not None and latest_row.qseq > snap.latest_qseq:
-            self.latest_gid = latest_row.gid
-            self.latest_blob = None
+                self.unacked[batch.batch_id] = batch
+        marks = snap.high_water_marks
+        self.next_group_id = max([marks.group_id, *self.groups]) + 1
+        self.next_batch_id = max([marks.batch_id, *(b.batch_id for b in snap.batches)]) + 1
+        self.next_queue_sequence = (
+            max([marks.queue_sequence, snap.latest_queue_sequence, *(r.queue_sequence for r in snap.groups)])
+            + 1
+        )
+        self.next_batch_position = max([marks.batch_position, *(b.position for b in snap.batches)]) + 1
+        self.latest_group_id: int | None = None
+        self.latest_data: bytes | None = snap.latest
+        if latest_row is not None and latest_row.queue_sequence > snap.latest_queue_sequence:
+            self.latest_group_id = latest_row.group_id
+            self.latest_data = None
 
     def _transaction(self):
         return _Guard(self)
@@ -141,12 +141,12 @@ class TrajectoryState:
         self.waiting_bytes += sign * nbytes
 
     def _count_batch(self, batch: BatchRow, sign: int) -> None:
-        for gid in batch.gids:
-            row = self.groups[gid]
+        for group_id in batch.group_ids:
+            row = self.groups[group_id]
             self._count_waiting(row.size, row.nbytes, sign)
 
     def batch_sequences(self, batch: BatchRow) -> int:
-        return sum(self.groups[g].size for g in batch.gids)
+        return sum(self.groups[g].size for g in batch.group_ids)
 
     @property
     def queue_sequences(self) -> int:
@@ -295,17 +295,17 @@ class TrajectoryState:
                 raise QueueFull(f"queue holds {waiting} of {limit} {unit}; retry later")
 
     def _add_group(self, tx: Transaction, group: Group, now: float) -> dict[str, Any]:
-        gid = self.next_gid
-        self.next_gid += 1
+        group_id = self.next_group_id
+        self.next_group_id += 1
         size = group.size
         env_id = group.env_id
         blob = group.data
-        row = GroupRow(gid, env_id, size, len(blob), LOC_QUEUE, 0, self.meta.step, now)
-        self.groups[gid] = row
+        row = GroupRow(group_id, env_id, size, len(blob), GroupLocation.QUEUE, 0, self.meta.step, now)
+        self.groups[group_id] = row
         self._count_waiting(size, len(blob))
         if env_id is not None and 0 <= env_id < len(self.envs) and size != self.envs[env_id].group_size:
             target = self.envs[env_id].group_size
-            row.loc = LOC_BUFFER
+            row.location = GroupLocation.BUFFER
             tx.add_group(row, blob)
             buffer = self.buffers.setdefault(env_id, [])
             buffer.append(row)
@@ -316,19 +316,21 @@ class TrajectoryState:
                 buffer[:] = [r for i, r in enumerate(buffer) if i not in chosen]
                 for flushed_row in flushed:
                     self._enqueue(flushed_row)
-                tx.move_groups([r.gid for r in flushed], LOC_QUEUE, [r.qseq for r in flushed])
+                tx.move_groups(
+                    [r.group_id for r in flushed], GroupLocation.QUEUE, [r.queue_sequence for r in flushed]
+                )
             return {"status": "buffered", "buffer_size": sum(r.size for r in buffer)}
         self._enqueue(row)
         tx.add_group(row, blob)
         return {"status": "received"}
 
     def _enqueue(self, row: GroupRow) -> None:
-        row.loc = LOC_QUEUE
-        row.qseq = self.next_qseq
-        self.next_qseq += 1
+        row.location = GroupLocation.QUEUE
+        row.queue_sequence = self.next_queue_sequence
+        self.next_queue_sequence += 1
         self.queue.append(row)
-        self.latest_gid = row.gid
-        self.latest_blob = None
+        self.latest_group_id = row.group_id
+        self.latest_data = None
 
     # ------------------------------------------------------------------ batches
 
@@ -344,7 +346,7 @@ class TrajectoryState:
             raise NotRegistered(NOT_REGISTERED_MESSAGE)
         formed: list[list[int]] = []
         if self.stack:
-            serve_gids = self.stack[-1].gids
+            serve_group_ids = self.stack[-1].group_ids
         else:
             formed = self._formable_batches()
             if not formed:
@@ -353,44 +355,46 @@ class TrajectoryState:
                         meta.started = True
                         tx.put_meta(asdict(meta))
                 return None
-            serve_gids = formed[-1]
+            serve_group_ids = formed[-1]
         # Read before the transaction: serving may discard the oldest unacknowledged batch.
-        blobs = self.store.read_groups(serve_gids)
-        sequences = sum(self.groups[g].size for g in serve_gids)
+        blobs = self.store.read_groups(serve_group_ids)
+        sequences = sum(self.groups[g].size for g in serve_group_ids)
         with self._transaction() as tx:
             meta.started = True
             if formed:
-                for gids in formed:
-                    batch = BatchRow(self.next_bid, BATCH_PENDING, self.next_pos, 0, gids)
-                    self.next_bid += 1
-                    self.next_pos += 1
-                    for gid in gids:
-                        self.groups[gid].loc = LOC_BATCH
-                    tx.move_groups(gids, LOC_BATCH)
+                for group_ids in formed:
+                    batch = BatchRow(
+                        self.next_batch_id, BatchState.PENDING, self.next_batch_position, 0, group_ids
+                    )
+                    self.next_batch_id += 1
+                    self.next_batch_position += 1
+                    for group_id in group_ids:
+                        self.groups[group_id].location = GroupLocation.BATCH
+                    tx.move_groups(group_ids, GroupLocation.BATCH)
                     tx.put_batch(batch)
                     self.stack.append(batch)
-                self.queue = [r for r in self.queue if r.loc == LOC_QUEUE]
+                self.queue = [r for r in self.queue if r.location == GroupLocation.QUEUE]
                 meta.step += len(formed)
                 self.counters.batches_formed += len(formed)
             tx.put_meta(asdict(meta))
             batch = self.stack.pop()
-            batch.state = BATCH_SERVED
+            batch.state = BatchState.SERVED
             batch.served += 1
-            batch.pos = self.next_pos
-            self.next_pos += 1
+            batch.position = self.next_batch_position
+            self.next_batch_position += 1
             tx.put_batch(batch)
-            self.unacked[batch.bid] = batch
+            self.unacked[batch.batch_id] = batch
             self._count_batch(batch, -1)
             while len(self.unacked) > self.max_unacked_batches:
                 _, old = self.unacked.popitem(last=False)
-                tx.delete_batch(old.bid)
-                tx.put_hwm(self._hwm())
-                self._retire(tx, old.gids)
+                tx.delete_batch(old.batch_id)
+                tx.put_high_water_marks(self._high_water_marks())
+                self._retire(tx, old.group_ids)
             self._collect(tx)
         self.counters.batches_served += 1
         self.counters.sequences_served += sequences
-        body = dumps({"batch": [msgspec.Raw(b) for b in blobs], "batch_id": batch.bid})
-        return ServedBatch(batch.bid, body, len(blobs), sequences)
+        body = dumps({"batch": [msgspec.Raw(b) for b in blobs], "batch_id": batch.batch_id})
+        return ServedBatch(batch.batch_id, body, len(blobs), sequences)
 
     def _formable_batches(self) -> list[list[int]]:
         """Every batch the queue can form now, as lists of group ids (formation order)."""
@@ -402,14 +406,14 @@ class TrajectoryState:
         batches = drain_batches(
             [r.size for r in queue], [r.env_id for r in queue], self.meta.batch_size, mins
         )
-        return [[queue[i].gid for i in batch] for batch in batches]
+        return [[queue[i].group_id for i in batch] for batch in batches]
 
     def acknowledge(self, batch_id: int) -> None:
         """Forget a served batch for good (``POST /batch/ack``); :class:`UnknownBatch` otherwise."""
         batch = self.unacked.get(batch_id)
         in_stack = None
         if batch is None:
-            in_stack = next((b for b in self.stack if b.bid == batch_id and b.served), None)
+            in_stack = next((b for b in self.stack if b.batch_id == batch_id and b.served), None)
             if in_stack is None:
                 raise UnknownBatch(f"no served, unacknowledged batch with batch_id {batch_id}")
         with self._transaction() as tx:
@@ -420,8 +424,10 @@ class TrajectoryState:
                 self.stack.remove(batch)
                 self._count_batch(batch, -1)
             tx.delete_batch(batch_id)
-            tx.put_hwm(self._hwm())  # the newest batch's row may be gone now: its id is never reused
-            self._retire(tx, batch.gids)
+            tx.put_high_water_marks(
+                self._high_water_marks()
+            )  # the newest batch's row may be gone now: its id is never reused
+            self._retire(tx, batch.group_ids)
             self._collect(tx)
 
     def replay(self) -> int:
@@ -432,58 +438,58 @@ class TrajectoryState:
         with self._transaction() as tx:
             # The stack is served from its end, so push the newest first and the oldest last.
             for batch in reversed(batches):
-                batch.state = BATCH_PENDING
-                batch.pos = self.next_pos
-                self.next_pos += 1
+                batch.state = BatchState.PENDING
+                batch.position = self.next_batch_position
+                self.next_batch_position += 1
                 tx.put_batch(batch)
                 self.stack.append(batch)
                 self._count_batch(batch, +1)
             self.unacked.clear()
         return len(batches)
 
-    def _retire(self, tx: Transaction, gids: list[int]) -> None:
+    def _retire(self, tx: Transaction, group_ids: list[int]) -> None:
         """Groups whose batch is done; kept while inside the inspection window."""
-        for gid in gids:
-            row = self.groups.get(gid)
+        for group_id in group_ids:
+            row = self.groups.get(group_id)
             if row is not None:
-                row.loc = LOC_RETIRED
-                heapq.heappush(self.retired, gid)
-        tx.move_groups(gids, LOC_RETIRED)
+                row.location = GroupLocation.RETIRED
+                heapq.heappush(self.retired, group_id)
+        tx.move_groups(group_ids, GroupLocation.RETIRED)
 
     def _collect(self, tx: Transaction) -> None:
         """Delete retired groups that fell out of the inspection window (``inspect_history``)."""
-        threshold = self.next_gid - 1 - self.inspect_history
+        threshold = self.next_group_id - 1 - self.inspect_history
         doomed = []
         while self.retired and self.retired[0] <= threshold:
             doomed.append(heapq.heappop(self.retired))
         if not doomed:
             return
-        if self.latest_gid in doomed:
+        if self.latest_group_id in doomed:
             self._preserve_latest(tx)
-        for gid in doomed:
-            self.groups.pop(gid, None)
+        for group_id in doomed:
+            self.groups.pop(group_id, None)
         tx.delete_groups(doomed)
-        tx.put_hwm(self._hwm())
+        tx.put_high_water_marks(self._high_water_marks())
 
-    def _hwm(self) -> dict[str, int]:
+    def _high_water_marks(self) -> HighWaterMarks:
         """The highest id of each kind handed out so far (stored so that a restart never reuses one)."""
-        return {
-            "gid": self.next_gid - 1,
-            "bid": self.next_bid - 1,
-            "qseq": self.next_qseq - 1,
-            "pos": self.next_pos - 1,
-        }
+        return HighWaterMarks(
+            group_id=self.next_group_id - 1,
+            batch_id=self.next_batch_id - 1,
+            queue_sequence=self.next_queue_sequence - 1,
+            batch_position=self.next_batch_position - 1,
+        )
 
     def _preserve_latest(self, tx: Transaction) -> None:
         """Copy the latest group out of its row before the row goes (reset does not clear it)."""
-        gid = self.latest_gid
-        if gid is None:
+        group_id = self.latest_group_id
+        if group_id is None:
             return
-        data = self.store.read_group(gid)
+        data = self.store.read_group(group_id)
         if data is not None:
-            tx.put_latest(data, self.groups[gid].qseq)
-            self.latest_blob = data
-        self.latest_gid = None
+            tx.put_latest(data, self.groups[group_id].queue_sequence)
+            self.latest_data = data
+        self.latest_group_id = None
 
     # ------------------------------------------------------------------ reset
 
@@ -496,7 +502,7 @@ class TrajectoryState:
         old = self.meta
         with self._transaction() as tx:
             self._preserve_latest(tx)
-            tx.reset(self._hwm())
+            tx.reset(self._high_water_marks())
             meta = RunMeta(
                 max_token_len=old.max_token_len,
                 checkpoint_dir=old.checkpoint_dir,
@@ -531,12 +537,12 @@ class TrajectoryState:
 
     def latest_example(self) -> bytes:
         """Stored JSON of the last group that entered the queue (9 empty lists before any)."""
-        if self.latest_gid is not None:
-            data = self.store.read_group(self.latest_gid)
+        if self.latest_group_id is not None:
+            data = self.store.read_group(self.latest_group_id)
             if data is not None:
                 return data
-        if self.latest_blob is not None:
-            return self.latest_blob
+        if self.latest_data is not None:
+            return self.latest_data
         return dumps(EMPTY_LATEST_EXAMPLE)
 
     def env(self, env_id: int | None) -> EnvRecord | None:

@@ -14,7 +14,14 @@ from fastapi.testclient import TestClient
 from atroposlib.api.config import ApiConfig
 from atroposlib.api.server import create_app
 from atroposlib.api.state import TrajectoryState
-from atroposlib.api.store import DB_FILENAME, PAYLOAD_DIRNAME, SCHEMA_VERSION, SqliteStore
+from atroposlib.api.store import (
+    DB_FILENAME,
+    PAYLOAD_DIRNAME,
+    SCHEMA_VERSION,
+    BatchState,
+    GroupLocation,
+    SqliteStore,
+)
 from atroposlib.api.store.payload_log import PayloadError, PayloadLog
 from tests.api.test_state import grp, put, reg, served_markers
 from tests.helpers.api import registration
@@ -99,10 +106,10 @@ def test_restart_drops_groups_whose_data_never_reached_the_disk(tmp_path):
     data = segment.read_bytes()
     segment.write_bytes(data[: len(data) // 2])  # a power loss kept only the first half
     reopened = TrajectoryState(SqliteStore(tmp_path))
-    survivors = sorted(row.gid for row in reopened.groups.values())
+    survivors = sorted(row.group_id for row in reopened.groups.values())
     assert survivors and len(survivors) < 4
     for batch in [*reopened.stack, *reopened.unacked.values()]:
-        assert set(batch.gids) <= set(survivors)
+        assert set(batch.group_ids) <= set(survivors)
     reopened.store.close()
 
 
@@ -166,6 +173,59 @@ def test_schema_1_data_dir_is_migrated(tmp_path):
     store.close()
 
 
+def test_the_on_disk_layout_of_schema_2_is_kept(tmp_path):
+    """A data dir written before the store's Python names changed must still resume: same columns,
+    same location and state numbers, same high-water-mark keys."""
+    state = TrajectoryState(SqliteStore(tmp_path), inspect_history=0)
+    state.register(reg(batch_size=2))
+    state.next_batch()  # starts the trainer
+    put(state, grp(2, 10), grp(2, 20), grp(2, 30))
+    first = state.next_batch()
+    state.acknowledge(first.batch_id)  # retires and collects its groups: the marks are written
+    state.store.close()
+    conn = sqlite3.connect(tmp_path / DB_FILENAME)
+    columns = {
+        table: [r[1] for r in conn.execute(f"PRAGMA table_info({table})")] for table in ("groups", "batches")
+    }
+    assert columns == {
+        "groups": [
+            "gid",
+            "env_id",
+            "size",
+            "nbytes",
+            "loc",
+            "qseq",
+            "received_step",
+            "received_at",
+            "seg",
+            "off",
+            "crc",
+        ],
+        "batches": ["bid", "state", "pos", "served", "gids"],
+    }
+    # Three one-group batches; the newest (group 3) was served, acknowledged and collected.
+    assert conn.execute("SELECT gid, loc, qseq FROM groups ORDER BY gid").fetchall() == [(1, 2, 1), (2, 2, 2)]
+    assert conn.execute("SELECT bid, state, gids FROM batches ORDER BY bid").fetchall() == [
+        (1, 0, "[1]"),
+        (2, 0, "[2]"),
+    ]
+    marks = json.loads(conn.execute("SELECT value FROM meta WHERE key='hwm'").fetchone()[0])
+    assert marks == {"gid": 3, "bid": 3, "qseq": 3, "pos": 4}
+    # Marks written by an earlier run decide the next ids after a restart.
+    conn.execute(
+        "UPDATE meta SET value=? WHERE key='hwm'", (json.dumps({"gid": 40, "bid": 9, "qseq": 50, "pos": 7}),)
+    )
+    conn.commit()
+    conn.close()
+    reopened = TrajectoryState(SqliteStore(tmp_path))
+    assert reopened.groups[1].location is GroupLocation.BATCH
+    assert [b.state for b in reopened.stack] == [BatchState.PENDING, BatchState.PENDING]
+    assert (reopened.next_group_id, reopened.next_batch_id) == (41, 10)
+    assert (reopened.next_queue_sequence, reopened.next_batch_position) == (51, 8)
+    assert served_markers(reopened.next_batch()) == [20]
+    reopened.store.close()
+
+
 def test_full_synchronous_refuses_a_commit_it_cannot_flush(tmp_path, monkeypatch):
     store = SqliteStore(tmp_path, synchronous="full")
     state = TrajectoryState(store)
@@ -179,7 +239,7 @@ def test_full_synchronous_refuses_a_commit_it_cannot_flush(tmp_path, monkeypatch
     with pytest.raises(PayloadError, match="cannot flush"):
         put(state, grp(2, 20))
     monkeypatch.undo()
-    assert [row.gid for row in state.queue] == [1]
+    assert [row.group_id for row in state.queue] == [1]
     assert store._conn.execute("SELECT count(*) FROM groups").fetchone()[0] == 1
     assert served_markers(state.next_batch()) == [10]
     store.close()

@@ -209,7 +209,7 @@ def test_sqlite_reload_rebuilds_everything(tmp_path):
     reopened = TrajectoryState(SqliteStore(tmp_path / "db"))
     assert (reopened.meta, reopened.health(), env_records(reopened), reopened.latest_example()) == snapshot
     assert list(reopened.unacked) == [served.batch_id]
-    assert reopened.next_gid == state.next_gid and reopened.next_bid == state.next_bid
+    assert reopened.next_group_id == state.next_group_id and reopened.next_batch_id == state.next_batch_id
     reopened.store.close()
 
 

@@ -10,15 +10,29 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any, Protocol
 
 __all__ = [
-    "BATCH_PENDING", "BATCH_SERVED", "LOC_BATCH", "LOC_BUFFER", "LOC_QUEUE", "LOC_RETIRED",
-    "BatchRow", "GroupRow", "Snapshot", "Store", "StoreError", "Transaction",
+    "BatchRow", "BatchState", "GroupLocation", "GroupRow", "HighWaterMarks", "Snapshot", "Store", "StoreError",
+    "Transaction",
 ]  # fmt: skip
 
-LOC_QUEUE, LOC_BUFFER, LOC_BATCH, LOC_RETIRED = 0, 1, 2, 3
-BATCH_PENDING, BATCH_SERVED = 0, 1
+
+class GroupLocation(IntEnum):
+    """Where a stored group is; the values are what the store writes."""
+
+    QUEUE = 0  #: waiting to be batched
+    BUFFER = 1  #: held until its env's smaller groups add up to the env's group size
+    BATCH = 2  #: in a formed batch (pending or served, not yet acknowledged)
+    RETIRED = 3  #: its batch is done; kept for ``/inspect/recent`` until collected
+
+
+class BatchState(IntEnum):
+    """Whether a formed batch waits to be served or was served and awaits its acknowledgement."""
+
+    PENDING = 0
+    SERVED = 1
 
 
 class StoreError(RuntimeError):
@@ -29,12 +43,13 @@ class StoreError(RuntimeError):
 class GroupRow:
     """Metadata of one stored group (everything but its data)."""
 
-    gid: int
+    group_id: int
     env_id: int | None
-    size: int
-    nbytes: int
-    loc: int
-    qseq: int
+    size: int  #: sequences in the group
+    nbytes: int  #: length of its stored JSON
+    location: GroupLocation
+    #: Place in the order groups entered the queue (0 while buffered, never reused).
+    queue_sequence: int
     received_step: int
     received_at: float
 
@@ -43,11 +58,23 @@ class GroupRow:
 class BatchRow:
     """One formed batch: its groups in batch order."""
 
-    bid: int
-    state: int
-    pos: int
-    served: int
-    gids: list[int]
+    batch_id: int
+    state: BatchState
+    #: Order among batches: pending ones are a stack served from the highest position, served ones
+    #: are replayed from the lowest.
+    position: int
+    served: int  #: how many times it was served
+    group_ids: list[int]
+
+
+@dataclass
+class HighWaterMarks:
+    """The highest id of each kind handed out so far; stored so that no id is reused after a restart."""
+
+    group_id: int = 0
+    batch_id: int = 0
+    queue_sequence: int = 0
+    batch_position: int = 0
 
 
 @dataclass
@@ -55,27 +82,29 @@ class Snapshot:
     """Everything a store holds except group data, as loaded at start-up."""
 
     meta: dict[str, Any] = field(default_factory=dict)
-    hwm: dict[str, int] = field(default_factory=dict)
+    high_water_marks: HighWaterMarks = field(default_factory=HighWaterMarks)
     envs: list[dict[str, Any]] = field(default_factory=list)
     groups: list[GroupRow] = field(default_factory=list)
     batches: list[BatchRow] = field(default_factory=list)
-    latest: bytes | None = None
-    latest_qseq: int = 0
+    latest: bytes | None = None  #: the latest group's data, copied when its row was deleted
+    latest_queue_sequence: int = 0  #: the queue sequence of that copy
 
 
 class Transaction(Protocol):
     """Write operations of one request; all applied together or none."""
 
     def add_group(self, row: GroupRow, data: bytes) -> None: ...
-    def move_groups(self, gids: Iterable[int], loc: int, qseqs: Iterable[int] | None = None) -> None: ...
-    def delete_groups(self, gids: Iterable[int]) -> None: ...
+    def move_groups(
+        self, group_ids: Iterable[int], location: GroupLocation, queue_sequences: Iterable[int] | None = None
+    ) -> None: ...
+    def delete_groups(self, group_ids: Iterable[int]) -> None: ...
     def put_batch(self, batch: BatchRow) -> None: ...
-    def delete_batch(self, bid: int) -> None: ...
+    def delete_batch(self, batch_id: int) -> None: ...
     def put_env(self, env_id: int, record: dict[str, Any]) -> None: ...
     def put_meta(self, state: dict[str, Any]) -> None: ...
-    def put_latest(self, data: bytes, qseq: int) -> None: ...
-    def put_hwm(self, hwm: dict[str, int]) -> None: ...
-    def reset(self, hwm: dict[str, int]) -> None: ...
+    def put_latest(self, data: bytes, queue_sequence: int) -> None: ...
+    def put_high_water_marks(self, marks: HighWaterMarks) -> None: ...
+    def reset(self, marks: HighWaterMarks) -> None: ...
 
 
 class Store(Protocol):
@@ -87,6 +116,6 @@ class Store(Protocol):
 
     def load(self) -> Snapshot: ...
     def transaction(self) -> contextlib.AbstractContextManager[Transaction]: ...
-    def read_groups(self, gids: Sequence[int]) -> list[bytes]: ...
-    def read_group(self, gid: int) -> bytes | None: ...
+    def read_groups(self, group_ids: Sequence[int]) -> list[bytes]: ...
+    def read_group(self, group_id: int) -> bytes | None: ...
     def close(self) -> None: ...

@@ -1,4 +1,4 @@
-"""The in-memory store (``--store memory``): nothing survives exit (compat: the original's behaviour).
+"""The in-memory store (``--store memory``): nothing survives exit.
 
 Implements the same interface as :class:`atroposlib.api.store.SqliteStore`; group data is kept
 as its stored JSON (bytes) rather than as Python objects.
@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from atroposlib.api.store.base import BatchRow, GroupRow, Snapshot
+from atroposlib.api.store.base import BatchRow, GroupLocation, GroupRow, HighWaterMarks, Snapshot
 
 
 class _MemoryTransaction:
@@ -18,19 +18,21 @@ class _MemoryTransaction:
         self._store = store
 
     def add_group(self, row: GroupRow, data: bytes) -> None:
-        self._store._data[row.gid] = data
+        self._store._data[row.group_id] = data
 
-    def move_groups(self, gids: Iterable[int], loc: int, qseqs: Iterable[int] | None = None) -> None:
+    def move_groups(
+        self, group_ids: Iterable[int], location: GroupLocation, queue_sequences: Iterable[int] | None = None
+    ) -> None:
         """Locations live in the state mirror only; nothing to record here."""
 
-    def delete_groups(self, gids: Iterable[int]) -> None:
-        for gid in gids:
-            self._store._data.pop(gid, None)
+    def delete_groups(self, group_ids: Iterable[int]) -> None:
+        for group_id in group_ids:
+            self._store._data.pop(group_id, None)
 
     def put_batch(self, batch: BatchRow) -> None:
         """Batches live in the state mirror only."""
 
-    def delete_batch(self, bid: int) -> None:
+    def delete_batch(self, batch_id: int) -> None:
         """Batches live in the state mirror only."""
 
     def put_env(self, env_id: int, record: dict[str, Any]) -> None:
@@ -39,13 +41,13 @@ class _MemoryTransaction:
     def put_meta(self, state: dict[str, Any]) -> None:
         """Meta lives in the state mirror only."""
 
-    def put_latest(self, data: bytes, qseq: int) -> None:
+    def put_latest(self, data: bytes, queue_sequence: int) -> None:
         """The latest group's copy lives in the state mirror only."""
 
-    def put_hwm(self, hwm: dict[str, int]) -> None:
+    def put_high_water_marks(self, marks: HighWaterMarks) -> None:
         """Nothing survives a restart: ids cannot be reused by a later run."""
 
-    def reset(self, hwm: dict[str, int]) -> None:
+    def reset(self, marks: HighWaterMarks) -> None:
         self._store._data.clear()
 
 
@@ -65,11 +67,11 @@ class MemoryStore:
     def transaction(self) -> Iterator[_MemoryTransaction]:
         yield _MemoryTransaction(self)
 
-    def read_groups(self, gids: Sequence[int]) -> list[bytes]:
-        return [self._data[g] for g in gids]
+    def read_groups(self, group_ids: Sequence[int]) -> list[bytes]:
+        return [self._data[group_id] for group_id in group_ids]
 
-    def read_group(self, gid: int) -> bytes | None:
-        return self._data.get(gid)
+    def read_group(self, group_id: int) -> bytes | None:
+        return self._data.get(group_id)
 
     def close(self) -> None:
         self._data.clear()

@@ -5,17 +5,23 @@ with queued tokens.
 
 SQLite layout (one file, ``<data_dir>/trajectory_api.sqlite3``, WAL mode):
 
-- ``meta(key, value)``: JSON documents: ``state`` (registration and counters), ``hwm`` (id
-  high-water marks, written whenever rows are deleted, so that no id is reused after a restart or a
-  reset), ``latest`` (copy of the latest group once its row is gone), ``schema``.
+- ``meta(key, value)``: JSON documents: ``state`` (registration and counters), ``hwm`` (the
+  :class:`~atroposlib.api.store.base.HighWaterMarks`, written whenever rows are deleted, so that no
+  id is reused after a restart or a reset), ``latest`` and ``latest_qseq`` (copy of the latest group
+  once its row is gone, and its queue sequence), ``schema``.
 - ``envs(env_id, record)``: env registry, record as JSON.
 - ``groups(gid, env_id, size, nbytes, loc, qseq, received_step, received_at, seg, off, crc)``:
-  every group not yet discarded; ``loc`` says where it is (queue, buffer, batch, retired),
-  ``qseq`` is its position in the order groups entered the queue, and ``seg``/``off``/``nbytes``/
-  ``crc`` locate its stored JSON in the payload log (``<data_dir>/payloads/``, see
-  :mod:`atroposlib.api.store.payload_log`), written before the row commits.
-- ``batches(bid, state, pos, served, gids)``: formed batches, pending (``state=0``, a stack
-  ordered by ``pos``) or served and unacknowledged (``state=1``, ordered by ``pos``).
+  every group not yet discarded (a :class:`~atroposlib.api.store.base.GroupRow`); ``loc`` is its
+  :class:`~atroposlib.api.store.base.GroupLocation`, ``qseq`` its queue sequence, and
+  ``seg``/``off``/``nbytes``/``crc`` locate its stored JSON in the payload log
+  (``<data_dir>/payloads/``, see :mod:`atroposlib.api.store.payload_log`), written before the row
+  commits.
+- ``batches(bid, state, pos, served, gids)``: formed batches (a
+  :class:`~atroposlib.api.store.base.BatchRow`: batch id, :class:`~atroposlib.api.store.base.BatchState`,
+  position, times served, group ids as a JSON list).
+
+compat: the short column names and ``hwm`` keys (``gid``, ``bid``, ``qseq``, ``pos``) are the
+on-disk format of schema 2; keeping them lets a run started by an earlier atroposlib resume.
 
 With ``synchronous=NORMAL`` a committed transaction survives a crash of the process (``kill
 -9``); ``synchronous=FULL`` also survives power loss (payloads are flushed before each commit).
@@ -36,7 +42,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from atroposlib.api.store.base import BatchRow, GroupRow, Snapshot, StoreError
+from atroposlib.api.store.base import (
+    BatchRow,
+    BatchState,
+    GroupLocation,
+    GroupRow,
+    HighWaterMarks,
+    Snapshot,
+    StoreError,
+)
 from atroposlib.api.store.payload_log import Extent, PayloadError, PayloadLog
 
 SCHEMA_VERSION = 2
@@ -78,11 +92,28 @@ CREATE TABLE IF NOT EXISTS batches (
 """
 
 
-def _in_chunks(gids: Sequence[int]) -> Iterator[tuple[Sequence[int], str]]:
-    """``gids`` in slices small enough for one query, each with its ``?,?,...`` placeholders."""
-    for start in range(0, len(gids), _IN_CHUNK):
-        chunk = gids[start : start + _IN_CHUNK]
+#: :class:`HighWaterMarks` fields and their keys in the stored ``hwm`` document.
+_MARK_KEYS = {"group_id": "gid", "batch_id": "bid", "queue_sequence": "qseq", "batch_position": "pos"}
+
+
+def _dump_marks(marks: HighWaterMarks) -> str:
+    return json.dumps({key: getattr(marks, name) for name, key in _MARK_KEYS.items()})
+
+
+def _load_marks(stored: dict[str, int]) -> HighWaterMarks:
+    return HighWaterMarks(**{name: int(stored.get(key, 0)) for name, key in _MARK_KEYS.items()})
+
+
+def _in_chunks(group_ids: Sequence[int]) -> Iterator[tuple[Sequence[int], str]]:
+    """``group_ids`` in slices small enough for one query, each with its ``?,?,...`` placeholders."""
+    for start in range(0, len(group_ids), _IN_CHUNK):
+        chunk = group_ids[start : start + _IN_CHUNK]
         yield chunk, ",".join("?" * len(chunk))
+
+
+def _batch_row(bid: int, state: int, pos: int, served: int, gids: str) -> BatchRow:
+    """A ``batches`` row (``SELECT *``, column order of the table) as a :class:`BatchRow`."""
+    return BatchRow(bid, BatchState(state), pos, served, json.loads(gids))
 
 
 class _SqliteTransaction:
@@ -100,12 +131,12 @@ class _SqliteTransaction:
         self._conn.execute(
             "INSERT INTO groups VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (
-                row.gid,
+                row.group_id,
                 row.env_id,
                 row.size,
                 extent.length,
-                row.loc,
-                row.qseq,
+                int(row.location),
+                row.queue_sequence,
                 row.received_step,
                 row.received_at,
                 extent.segment,
@@ -114,17 +145,20 @@ class _SqliteTransaction:
             ),
         )
 
-    def move_groups(self, gids: Iterable[int], loc: int, qseqs: Iterable[int] | None = None) -> None:
-        if qseqs is None:
-            self._conn.executemany("UPDATE groups SET loc=? WHERE gid=?", [(loc, g) for g in gids])
+    def move_groups(
+        self, group_ids: Iterable[int], location: GroupLocation, queue_sequences: Iterable[int] | None = None
+    ) -> None:
+        loc = int(location)
+        if queue_sequences is None:
+            self._conn.executemany("UPDATE groups SET loc=? WHERE gid=?", [(loc, g) for g in group_ids])
         else:
             self._conn.executemany(
                 "UPDATE groups SET loc=?, qseq=? WHERE gid=?",
-                [(loc, q, g) for g, q in zip(gids, qseqs, strict=True)],
+                [(loc, q, g) for g, q in zip(group_ids, queue_sequences, strict=True)],
             )
 
-    def delete_groups(self, gids: Iterable[int]) -> None:
-        for chunk, marks in _in_chunks(list(gids)):
+    def delete_groups(self, group_ids: Iterable[int]) -> None:
+        for chunk, marks in _in_chunks(list(group_ids)):
             self.dropped.extend(
                 seg for (seg,) in self._conn.execute(f"SELECT seg FROM groups WHERE gid IN ({marks})", chunk)
             )
@@ -133,11 +167,11 @@ class _SqliteTransaction:
     def put_batch(self, batch: BatchRow) -> None:
         self._conn.execute(
             "INSERT OR REPLACE INTO batches VALUES (?,?,?,?,?)",
-            (batch.bid, batch.state, batch.pos, batch.served, json.dumps(batch.gids)),
+            (batch.batch_id, int(batch.state), batch.position, batch.served, json.dumps(batch.group_ids)),
         )
 
-    def delete_batch(self, bid: int) -> None:
-        self._conn.execute("DELETE FROM batches WHERE bid=?", (bid,))
+    def delete_batch(self, batch_id: int) -> None:
+        self._conn.execute("DELETE FROM batches WHERE bid=?", (batch_id,))
 
     def put_env(self, env_id: int, record: dict[str, Any]) -> None:
         self._conn.execute("INSERT OR REPLACE INTO envs VALUES (?,?)", (env_id, json.dumps(record)))
@@ -145,18 +179,18 @@ class _SqliteTransaction:
     def put_meta(self, state: dict[str, Any]) -> None:
         self._put("state", json.dumps(state))
 
-    def put_latest(self, data: bytes, qseq: int) -> None:
+    def put_latest(self, data: bytes, queue_sequence: int) -> None:
         self._put("latest", data)
-        self._put("latest_qseq", str(qseq))
+        self._put("latest_qseq", str(queue_sequence))
 
-    def put_hwm(self, hwm: dict[str, int]) -> None:
-        self._put("hwm", json.dumps(hwm))
+    def put_high_water_marks(self, marks: HighWaterMarks) -> None:
+        self._put("hwm", _dump_marks(marks))
 
-    def reset(self, hwm: dict[str, int]) -> None:
+    def reset(self, marks: HighWaterMarks) -> None:
         self._conn.execute("DELETE FROM groups")
         self._conn.execute("DELETE FROM batches")
         self._conn.execute("DELETE FROM envs")
-        self._put("hwm", json.dumps(hwm))
+        self._put("hwm", _dump_marks(marks))
         self.cleared = True
 
     def _put(self, key: str, value: Any) -> None:
@@ -253,12 +287,12 @@ class SqliteStore:
             for column in ("seg", "off", "crc"):
                 conn.execute(f"ALTER TABLE groups ADD COLUMN {column} INTEGER")
             moved = []
-            for gid, data in conn.execute("SELECT gid, data FROM group_data").fetchall():
+            for group_id, data in conn.execute("SELECT gid, data FROM group_data").fetchall():
                 extent = self.log.append(bytes(data))
                 moved.append(extent.segment)
                 conn.execute(
                     "UPDATE groups SET seg=?, off=?, nbytes=?, crc=? WHERE gid=?",
-                    (extent.segment, extent.offset, extent.length, extent.crc, gid),
+                    (extent.segment, extent.offset, extent.length, extent.crc, group_id),
                 )
             conn.execute("DROP TABLE group_data")
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
@@ -313,22 +347,17 @@ class SqliteStore:
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         snap = Snapshot()
         snap.meta = json.loads(meta["state"]) if "state" in meta else {}
-        snap.hwm = json.loads(meta["hwm"]) if "hwm" in meta else {}
+        snap.high_water_marks = _load_marks(json.loads(meta["hwm"]) if "hwm" in meta else {})
         snap.latest = bytes(meta["latest"]) if "latest" in meta else None
-        snap.latest_qseq = int(meta.get("latest_qseq", 0) or 0)
+        snap.latest_queue_sequence = int(meta.get("latest_qseq", 0) or 0)
         snap.envs = [json.loads(r[0]) for r in conn.execute("SELECT record FROM envs ORDER BY env_id")]
         snap.groups = [
-            GroupRow(*r)
-            for r in conn.execute(
+            GroupRow(group_id, env_id, size, nbytes, GroupLocation(loc), qseq, step, at)
+            for group_id, env_id, size, nbytes, loc, qseq, step, at in conn.execute(
                 "SELECT gid, env_id, size, nbytes, loc, qseq, received_step, received_at FROM groups ORDER BY gid"
             )
         ]
-        snap.batches = [
-            BatchRow(bid, state, pos, served, json.loads(gids))
-            for bid, state, pos, served, gids in conn.execute(
-                "SELECT bid, state, pos, served, gids FROM batches ORDER BY pos"
-            )
-        ]
+        snap.batches = [_batch_row(*r) for r in conn.execute("SELECT * FROM batches ORDER BY pos")]
         return snap
 
     def _drop_lost_groups(self) -> None:
@@ -336,11 +365,11 @@ class SqliteStore:
         under ``synchronous=NORMAL``): the rows would point past the end of their segment."""
         sizes: dict[int, int] = {}
         lost = []
-        for gid, seg, off, nbytes in self._conn.execute("SELECT gid, seg, off, nbytes FROM groups"):
+        for group_id, seg, off, nbytes in self._conn.execute("SELECT gid, seg, off, nbytes FROM groups"):
             if seg not in sizes:
                 sizes[seg] = -1 if seg is None else self.log.size(seg)
             if off is None or off + nbytes > sizes[seg]:
-                lost.append(gid)
+                lost.append(group_id)
         if not lost:
             return
         logger.error(
@@ -350,33 +379,33 @@ class SqliteStore:
         gone = set(lost)
         with self.transaction() as tx:
             tx.delete_groups(lost)
-            for bid, state, pos, served, gids in self._conn.execute("SELECT * FROM batches").fetchall():
-                members = json.loads(gids)
-                kept = [g for g in members if g not in gone]
+            for batch in [_batch_row(*r) for r in self._conn.execute("SELECT * FROM batches")]:
+                kept = [g for g in batch.group_ids if g not in gone]
                 if not kept:
-                    tx.delete_batch(bid)
-                elif len(kept) != len(members):
-                    tx.put_batch(BatchRow(bid, state, pos, served, kept))
+                    tx.delete_batch(batch.batch_id)
+                elif len(kept) != len(batch.group_ids):
+                    batch.group_ids = kept
+                    tx.put_batch(batch)
 
-    def _extents(self, gids: Sequence[int]) -> dict[int, Extent]:
+    def _extents(self, group_ids: Sequence[int]) -> dict[int, Extent]:
         found: dict[int, Extent] = {}
-        for chunk, marks in _in_chunks(gids):
-            for gid, seg, off, nbytes, crc in self._conn.execute(
+        for chunk, marks in _in_chunks(group_ids):
+            for group_id, seg, off, nbytes, crc in self._conn.execute(
                 f"SELECT gid, seg, off, nbytes, crc FROM groups WHERE gid IN ({marks})", chunk
             ):
-                found[gid] = Extent(seg, off, nbytes, crc)
+                found[group_id] = Extent(seg, off, nbytes, crc)
         return found
 
-    def read_groups(self, gids: Sequence[int]) -> list[bytes]:
+    def read_groups(self, group_ids: Sequence[int]) -> list[bytes]:
         """Stored forms of the given groups, in the given order.
 
         Raises KeyError if one is unknown, :class:`PayloadError` if its data is damaged.
         """
-        extents = self._extents(gids)
-        return [self.log.read(extents[g]) for g in gids]
+        extents = self._extents(group_ids)
+        return [self.log.read(extents[g]) for g in group_ids]
 
-    def read_group(self, gid: int) -> bytes | None:
-        extent = self._extents([gid]).get(gid)
+    def read_group(self, group_id: int) -> bytes | None:
+        extent = self._extents([group_id]).get(group_id)
         return None if extent is None else self.log.read(extent)
 
     # ---------------------------------------------------------------- writes
