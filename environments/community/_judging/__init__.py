@@ -1,0 +1,1 @@
+"""Judging shared by the community collection's judged environments (see ``policy_judge.py``)."""
