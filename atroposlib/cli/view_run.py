@@ -204,120 +204,170 @@ def _images_and_prompt(viewer: Viewer, record: GroupRecord) -> tuple[list[Any], 
     return group_images(record.group, prefix), text or text_prompt(prefix)
 
 
+@dataclass
+class _Page:
+    """The components of the viewer page that its events read or write."""
+
+    status: Any
+    buttons: dict[str, Any]  #: action -> button, for the navigation and refresh buttons
+    follow: Any
+    env: Any
+    grab: Any
+    group_view: Any
+    overall: Any
+    position: Any
+    #: Whether the view follows the newest group. The checkbox shows it, but handlers read this
+    #: server-side copy, which is current when they run; the checkbox value an event carries was
+    #: captured when it was triggered, possibly before a navigation that unticked it.
+    following: Any
+    gallery: Any = None
+    prompt_box: Any = None
+
+    @property
+    def inputs(self) -> list[Any]:
+        return [self.position, self.following, self.env]
+
+    @property
+    def outputs(self) -> list[Any]:
+        base = [
+            self.position,
+            self.following,
+            self.follow,
+            self.env,
+            self.status,
+            self.group_view,
+            self.overall,
+        ]
+        return base + ([self.gallery, self.prompt_box] if self.gallery is not None else [])
+
+
+def _build_page(gr: Any, viewer: Viewer, title: str) -> _Page:
+    """Lay out the page's components (inside an open ``gr.Blocks``)."""
+    gr.Markdown(f"## {title}")
+    status = gr.Markdown(elem_id="av-status")
+    with gr.Row():
+        buttons = {
+            "first": gr.Button("« Oldest", size="sm"),
+            "prev": gr.Button("‹ Previous", size="sm"),
+            "next": gr.Button("Next ›", size="sm"),
+            "last": gr.Button("Newest »", size="sm"),
+            "refresh": gr.Button("Refresh", size="sm"),
+        }
+        follow = gr.Checkbox(value=True, label="Follow newest")
+        env = gr.Dropdown(choices=[ALL_ENVS], value=ALL_ENVS, label="Environment", allow_custom_value=True)
+    grab = gr.Button("Grab Next Batch (takes it from the trainer)", visible=viewer.consumer is not None)
+    gallery = prompt_box = None
+    if viewer.multimodal:
+        with gr.Row():
+            gallery = gr.Gallery(label="Images", elem_id="av-images", height=260, columns=4)
+            prompt_box = gr.Textbox(label="Text Prompt", elem_id="av-text-prompt", lines=6)
+    group_view = gr.HTML(elem_id="av-group")
+    with gr.Accordion("Scores of all loaded groups", open=False):
+        overall = gr.HTML(elem_id="av-overall")
+    return _Page(
+        status=status,
+        buttons=buttons,
+        follow=follow,
+        env=env,
+        grab=grab,
+        group_view=group_view,
+        overall=overall,
+        position=gr.State(None),
+        following=gr.State(True),
+        gallery=gallery,
+        prompt_box=prompt_box,
+    )
+
+
+def _move_for(action: str, follow_newest: bool) -> tuple[str, bool]:
+    """The navigation move an event makes, and whether the view follows the newest group after it."""
+    if action in ("first", "prev", "next"):
+        follow_newest = False
+    elif action in ("last", "grab"):
+        follow_newest = True
+    if action in ("first", "prev", "next", "last"):
+        return action, follow_newest
+    return ("last" if follow_newest else "stay"), follow_newest
+
+
+def _group_panel(viewer: Viewer, key: Any, keys: list[Any]) -> tuple[str, GroupRecord | None]:
+    """The HTML of the shown group (or of the waiting message) and its record."""
+    if key is None:
+        waiting = viewer.store.error or "No groups yet: waiting for the environments to send some."
+        return render_empty(waiting), None
+    record = viewer.store.get(key)
+    shown = keys.index(key) + 1
+    return viewer.group_html(key, record, f"group {shown} of {len(keys)}"), record
+
+
+def _show(
+    gr: Any, viewer: Viewer, action: str, position: Any, follow_newest: bool, env_name: str | None
+) -> list:
+    """Apply one page event (``action``) and return the new values of :attr:`_Page.outputs`."""
+    problem = None
+    if action == "refresh":
+        viewer.store.refresh(force=True)
+    elif action == "grab":
+        problem = viewer.grab_batch()
+    env_filter = None if env_name in (None, "", ALL_ENVS) else env_name
+    keys = [k for k, _ in viewer.store.items(env_filter)]
+    move, follow_newest = _move_for(action, follow_newest)
+    key = navigate(keys, position, move)
+    # Only the choices are refreshed, never the selected env, and the follow box only changes on
+    # navigation.
+    env_update = gr.Dropdown(choices=[ALL_ENVS, *viewer.store.env_labels()])
+    follow_update = follow_newest if action in NAVIGATION_ACTIONS else gr.update()
+    html, record = _group_panel(viewer, key, keys)
+    line = viewer.status_line()
+    if problem:
+        line += f"\n\n⚠️ {problem}"
+    overall_html = histogram_svg(
+        viewer.store.all_scores(env_filter), "Scores of all loaded groups", width=480
+    )
+    result = [key, follow_newest, follow_update, env_update, line, html, overall_html]
+    if viewer.multimodal:
+        images, text = _images_and_prompt(viewer, record) if record is not None else ([], "")
+        result += [images, text]
+    return result
+
+
+def _connect_events(gr: Any, demo: Any, viewer: Viewer, page: _Page, refresh_interval: float) -> None:
+    """Wire the buttons, the env choice, the page load and the refresh timer to :func:`_show`."""
+    inputs, outputs = page.inputs, page.outputs
+    # One queue for every event that moves the view, so each sees the state the previous left.
+    serial = {"concurrency_id": "view", "concurrency_limit": 1}
+
+    def handler(action: str):
+        return lambda p, f, e: _show(gr, viewer, action, p, f, e)
+
+    for action, button in page.buttons.items():
+        button.click(handler(action), inputs, outputs, **serial)
+    page.follow.input(lambda ticked: ticked, page.follow, page.following, **serial)
+    page.env.change(handler("env"), inputs, outputs, **serial)
+    # Not queued with the rest: it may wait for a batch, and the queue is shared by all pages.
+    page.grab.click(handler("grab"), inputs, outputs, api_name="get_batch")
+    demo.load(handler("refresh"), inputs, outputs, **serial)
+    if refresh_interval > 0:
+        # The timer only polls and reports a data version; the page re-renders through the
+        # version's change event, queued behind any navigation (re-rendering from the tick
+        # itself would use inputs captured before a concurrent click and undo it).
+        version = gr.Textbox(value="", visible=False)
+
+        def tick() -> tuple[str, str]:
+            viewer.store.refresh()
+            return f"{viewer.store.version}-{viewer.tokenizer_slot.version}", viewer.status_line()
+
+        gr.Timer(refresh_interval).tick(tick, None, [version, page.status])
+        version.change(handler("tick"), inputs, outputs, **serial)
+
+
 def build_app(viewer: Viewer, *, title: str = "Atropos run viewer", refresh_interval: float = 5.0) -> Any:
     """The Gradio Blocks page for ``viewer`` (not launched)."""
     import gradio as gr
 
     with gr.Blocks(title=title, analytics_enabled=False) as demo:
-        gr.Markdown(f"## {title}")
-        status = gr.Markdown(elem_id="av-status")
-        with gr.Row():
-            first_btn = gr.Button("« Oldest", size="sm")
-            prev_btn = gr.Button("‹ Previous", size="sm")
-            next_btn = gr.Button("Next ›", size="sm")
-            last_btn = gr.Button("Newest »", size="sm")
-            refresh_btn = gr.Button("Refresh", size="sm")
-            follow = gr.Checkbox(value=True, label="Follow newest")
-            env = gr.Dropdown(
-                choices=[ALL_ENVS], value=ALL_ENVS, label="Environment", allow_custom_value=True
-            )
-        grab_btn = gr.Button(
-            "Grab Next Batch (takes it from the trainer)", visible=viewer.consumer is not None
-        )
-        gallery = prompt_box = None
-        if viewer.multimodal:
-            with gr.Row():
-                gallery = gr.Gallery(label="Images", elem_id="av-images", height=260, columns=4)
-                prompt_box = gr.Textbox(label="Text Prompt", elem_id="av-text-prompt", lines=6)
-        group_view = gr.HTML(elem_id="av-group")
-        with gr.Accordion("Scores of all loaded groups", open=False):
-            overall = gr.HTML(elem_id="av-overall")
-        position = gr.State(None)
-        # Whether the view follows the newest group. The checkbox shows it, but handlers read this
-        # server-side copy, which is current when they run; the checkbox value an event carries
-        # was captured when it was triggered, possibly before a navigation that unticked it.
-        following = gr.State(True)
-        # One queue for every event that moves the view, so each sees the state the previous left.
-        serial = {"concurrency_id": "view", "concurrency_limit": 1}
-
-        outputs = [position, following, follow, env, status, group_view, overall]
-        if viewer.multimodal:
-            outputs += [gallery, prompt_box]
-
-        def show(action: str, pos: int | None, follow_newest: bool, env_name: str | None) -> list[Any]:
-            problem = None
-            if action == "refresh":
-                viewer.store.refresh(force=True)
-            elif action == "grab":
-                problem = viewer.grab_batch()
-            env_filter = None if env_name in (None, "", ALL_ENVS) else env_name
-            items = viewer.store.items(env_filter)
-            keys = [k for k, _ in items]
-            if action in ("first", "prev", "next"):
-                follow_newest = False
-            elif action in ("last", "grab"):
-                follow_newest = True
-            move = (
-                action
-                if action in ("first", "prev", "next", "last")
-                else ("last" if follow_newest else "stay")
-            )
-            key = navigate(keys, pos, move)
-            # Only the choices are refreshed, never the selected env, and the follow box only changes
-            # on navigation.
-            env_update = gr.Dropdown(choices=[ALL_ENVS, *viewer.store.env_labels()])
-            follow_update = follow_newest if action in NAVIGATION_ACTIONS else gr.update()
-            if key is None:
-                waiting = (
-                    "No groups yet: waiting for the environments to send some."
-                    if not viewer.store.error
-                    else viewer.store.error
-                )
-                html = render_empty(waiting)
-                shown = None
-                record = None
-            else:
-                record = viewer.store.get(key)
-                shown = keys.index(key) + 1
-                html = viewer.group_html(key, record, f"group {shown} of {len(keys)}")
-            line = viewer.status_line()
-            if problem:
-                line += f"\n\n⚠️ {problem}"
-            overall_html = histogram_svg(
-                viewer.store.all_scores(env_filter), "Scores of all loaded groups", width=480
-            )
-            result = [key, follow_newest, follow_update, env_update, line, html, overall_html]
-            if viewer.multimodal:
-                images, text = _images_and_prompt(viewer, record) if record is not None else ([], "")
-                result += [images, text]
-            return result
-
-        inputs = [position, following, env]
-        for btn, action in (
-            (first_btn, "first"),
-            (prev_btn, "prev"),
-            (next_btn, "next"),
-            (last_btn, "last"),
-            (refresh_btn, "refresh"),
-        ):
-            btn.click(lambda p, f, e, a=action: show(a, p, f, e), inputs, outputs, **serial)
-        follow.input(lambda ticked: ticked, follow, following, **serial)
-        env.change(lambda p, f, e: show("env", p, f, e), inputs, outputs, **serial)
-        # Not queued with the rest: it may wait for a batch, and the queue is shared by all pages.
-        grab_btn.click(lambda p, f, e: show("grab", p, f, e), inputs, outputs, api_name="get_batch")
-        demo.load(lambda p, f, e: show("refresh", p, f, e), inputs, outputs, **serial)
-        if refresh_interval > 0:
-            # The timer only polls and reports a data version; the page re-renders through the
-            # version's change event, queued behind any navigation (re-rendering from the tick
-            # itself would use inputs captured before a concurrent click and undo it).
-            version = gr.Textbox(value="", visible=False)
-
-            def tick() -> tuple[str, str]:
-                viewer.store.refresh()
-                return f"{viewer.store.version}-{viewer.tokenizer_slot.version}", viewer.status_line()
-
-            gr.Timer(refresh_interval).tick(tick, None, [version, status])
-            version.change(lambda p, f, e: show("tick", p, f, e), inputs, outputs, **serial)
+        page = _build_page(gr, viewer, title)
+        _connect_events(gr, demo, viewer, page, refresh_interval)
     return demo
 
 
