@@ -65,69 +65,90 @@ def resolve_openai_configs(
         cli_passed_flags: the CLI flags, keys still prefixed (``"openai.base_url"``).
         logger: where to log the decision (module logger by default).
 
-    Returns, by situation (same table as atroposlib 0.4.0):
+    Returns, by situation:
 
     * YAML ``openai:`` is a list of >= 2 mappings -> ``[APIServerConfig(**d), ...]``;
     * the default is a list of >= 2 configs -> the defaults unchanged;
     * the default is a single ``APIServerConfig`` -> ``APIServerConfig(**merged)`` (one object;
       ``ServerManager`` uses a single config as given);
     * the default is a plain ``ServerBaseline`` -> unchanged when nothing overrides it; with YAML or
-      CLI ``openai`` settings it becomes ``APIServerConfig(**baseline <- YAML <- CLI)`` (the original
-      only did this in ``serve`` and silently ignored the overrides elsewhere);
+      CLI ``openai`` settings it becomes ``APIServerConfig(**baseline <- YAML <- CLI)``, in every
+      command;
     * anything else (a list of one, None) -> ``[APIServerConfig(**merged)]``.
+
+    compat: the table is atroposlib 0.4.0's, except that it ignored overrides of a ``ServerBaseline``
+    outside ``serve``.
 
     Raises:
         ServerConfigError: ``--openai.*`` flags combined with several servers, or invalid settings
             (the message names the offending field).
     """
     log = logger or logging.getLogger(__name__)
-    yaml_config = yaml_config or {}
-    cli_passed_flags = cli_passed_flags or {}
-    prefix = f"{OPENAI_NAMESPACE}{NAMESPACE_SEP}"
-    yaml_openai = yaml_config.get(OPENAI_NAMESPACE)
-    cli_openai = {k[len(prefix) :]: v for k, v in cli_passed_flags.items() if k.startswith(prefix)}
-
+    yaml_openai = (yaml_config or {}).get(OPENAI_NAMESPACE)
+    cli_openai = _cli_openai_flags(cli_passed_flags or {})
     multi_yaml = isinstance(yaml_openai, list) and len(yaml_openai) >= 2
     multi_default = (
         not multi_yaml and isinstance(default_server_configs, list) and len(default_server_configs) >= 2
     )
     if (multi_yaml or multi_default) and cli_openai:
-        raise ServerConfigError(
-            f"--{prefix}* flags ({', '.join('--' + prefix + k for k in sorted(cli_openai))}) cannot be used when "
-            f"several servers are configured (a list under '{OPENAI_NAMESPACE}' in YAML or in config_init); "
-            "edit the YAML list instead"
-        )
-
+        _refuse_flags_with_several_servers(cli_openai)
     if multi_yaml:
-        log.info(
-            "Using the %d servers listed under '%s' in the YAML config.", len(yaml_openai), OPENAI_NAMESPACE
-        )
-        configs = []
-        for i, entry in enumerate(yaml_openai):
-            if not isinstance(entry, Mapping):
-                raise ServerConfigError(
-                    f"YAML {OPENAI_NAMESPACE}[{i}] must be a mapping, got {type(entry).__name__}"
-                )
-            configs.append(_build(entry, f"YAML {OPENAI_NAMESPACE}[{i}]"))
-        return configs
-
+        return _configs_from_yaml_list(yaml_openai, log)
     if isinstance(default_server_configs, ServerBaseline) and not isinstance(
         default_server_configs, APIServerConfig
     ):
-        yaml_single = _yaml_single(yaml_openai)
-        if not yaml_single and not cli_openai:
-            log.info("Using ServerBaseline configuration (server discovery).")
-            return default_server_configs
-        log.info("ServerBaseline overridden by openai settings from YAML/CLI; using one APIServerConfig.")
-        merged = {**default_server_configs.model_dump(), **yaml_single, **cli_openai}
-        return _build(merged, "openai settings")
-
+        return _from_baseline(default_server_configs, yaml_openai, cli_openai, log)
     if multi_default:
         log.info("Using the %d servers from config_init().", len(default_server_configs))
         return default_server_configs
+    return _single_server(default_server_configs, openai_config_dict, log)
 
-    merged = dict(openai_config_dict or {})
-    final = _build(merged, "openai settings")
+
+_PREFIX = f"{OPENAI_NAMESPACE}{NAMESPACE_SEP}"
+
+
+def _cli_openai_flags(cli_passed_flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``--openai.*`` flags, without their prefix."""
+    return {k[len(_PREFIX) :]: v for k, v in cli_passed_flags.items() if k.startswith(_PREFIX)}
+
+
+def _refuse_flags_with_several_servers(cli_openai: Mapping[str, Any]) -> None:
+    flags = ", ".join("--" + _PREFIX + k for k in sorted(cli_openai))
+    raise ServerConfigError(
+        f"--{_PREFIX}* flags ({flags}) cannot be used when several servers are configured (a list under "
+        f"'{OPENAI_NAMESPACE}' in YAML or in config_init); edit the YAML list instead"
+    )
+
+
+def _configs_from_yaml_list(yaml_openai: list, log: logging.Logger) -> list[APIServerConfig]:
+    log.info("Using the %d servers listed under '%s' in the YAML config.", len(yaml_openai), OPENAI_NAMESPACE)
+    configs = []
+    for i, entry in enumerate(yaml_openai):
+        if not isinstance(entry, Mapping):
+            raise ServerConfigError(
+                f"YAML {OPENAI_NAMESPACE}[{i}] must be a mapping, got {type(entry).__name__}"
+            )
+        configs.append(_build(entry, f"YAML {OPENAI_NAMESPACE}[{i}]"))
+    return configs
+
+
+def _from_baseline(
+    baseline: ServerBaseline, yaml_openai: Any, cli_openai: Mapping[str, Any], log: logging.Logger
+) -> Union[ServerBaseline, APIServerConfig]:
+    """A plain ``ServerBaseline``, or one ``APIServerConfig`` when YAML or CLI settings override it."""
+    yaml_single = _yaml_single(yaml_openai)
+    if not yaml_single and not cli_openai:
+        log.info("Using ServerBaseline configuration (server discovery).")
+        return baseline
+    log.info("ServerBaseline overridden by openai settings from YAML/CLI; using one APIServerConfig.")
+    return _build({**baseline.model_dump(), **yaml_single, **cli_openai}, "openai settings")
+
+
+def _single_server(
+    default_server_configs: Any, openai_config_dict: Optional[Mapping[str, Any]], log: logging.Logger
+) -> Union[APIServerConfig, list[APIServerConfig]]:
+    """One server from the merged settings: as an object for a single default config, else in a list."""
+    final = _build(dict(openai_config_dict or {}), "openai settings")
     if isinstance(default_server_configs, APIServerConfig):
         log.info("Using one server: %s", final.base_url or "(default OpenAI URL)")
         return final
