@@ -44,7 +44,7 @@ import orjson
 import psutil
 
 from atroposlib.testing.api_process import launch_api
-from atroposlib.testing.processes import tree_usage
+from atroposlib.utils.processes import tree_usage
 
 _BENCH_ID = re.compile(rb'"bench_id":"([^"]+)"')
 _BATCH_ID = re.compile(rb'"batch_id":(\d+)')

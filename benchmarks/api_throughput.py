@@ -46,7 +46,7 @@ import orjson
 import requests
 
 from atroposlib.testing.api_process import free_port
-from atroposlib.testing.processes import stop_process, tree_usage, wait_until_ok
+from atroposlib.utils.processes import stop_process, tree_usage, wait_until_ok
 
 ORIGINAL_VERSION = "0.4.0"
 DEFAULT_VENV = Path.home() / ".cache" / "atroposlib" / f"bench-venv-{ORIGINAL_VERSION}"

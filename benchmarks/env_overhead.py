@@ -263,7 +263,7 @@ def _pin(core: int | None):
 def measure(label: str, python: str, args, inference_url: str, tokenizer: str, workdir: Path) -> dict:
     """Run one env implementation and return its throughput numbers."""
     from atroposlib.testing.api_process import launch_api
-    from atroposlib.testing.processes import stop_process
+    from atroposlib.utils.processes import stop_process
 
     bound = args.workers * args.group_size / args.delay
     with launch_api(

@@ -46,7 +46,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from atroposlib.testing.api_process import ApiProcess, free_port  # noqa: E402
-from example_trainer.demo.processes import ServiceProcess  # noqa: E402
+from atroposlib.utils.processes import ServiceProcess  # noqa: E402
 from example_trainer.inference.server_lifetime import ServerPidFile  # noqa: E402
 
 ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server.py"

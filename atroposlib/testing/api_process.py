@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from atroposlib.testing.processes import read_tail, stop_process, wait_until_ok
+from atroposlib.utils.processes import read_tail, start_service, stop_process, wait_until_ok
 
 
 def free_port() -> int:
@@ -55,11 +55,7 @@ class ApiProcess:
         env = dict(os.environ)
         if self.api_key:
             env["ATROPOS_API_KEY"] = self.api_key
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process for its lifetime
-        self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        log.close()
+        self.proc = start_service(cmd, self.log_path, env=env)
         wait_until_ok(
             self.proc, f"{self.url}/info", name="run-api", timeout=timeout, interval=0.05, headers=self.headers(),
             log_tail=self.log_tail, on_failure=self.stop,

@@ -74,8 +74,8 @@ import requests
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from atroposlib.testing.processes import stop_process, wait_until_ok
 from atroposlib.testing.scripted_backend import BadRequest, Respond, ScriptedBackend, scripted_logprob
+from atroposlib.utils.processes import stop_process, wait_until_ok
 
 
 def _json(content: Any, status: int = 200) -> Response:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from atroposlib.testing.api_process import free_port
-from atroposlib.testing.processes import read_tail, stop_process, wait_until_ok
+from atroposlib.utils.processes import read_tail, start_service, stop_process, wait_until_ok
 
 #: ``entrypoint`` values: the plain vLLM OpenAI server, or the trainer's server that adds the
 #: original's ``/generate``, ``/health_generate``, ``/bridge/*`` and ``/lora/*`` routes.
@@ -62,12 +62,7 @@ class VllmProcess:
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         env.update(self.env)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process for its lifetime
-        self.proc = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        log.close()
+        self.proc = start_service(self.command(), self.log_path, env=env)
         wait_until_ok(
             self.proc, f"{self.root_url}/health", name="vLLM", timeout=timeout, interval=0.5,
             log_tail=self.log_tail, on_failure=self.stop,

@@ -258,8 +258,8 @@ def run_mode(
     from transformers import AutoTokenizer
 
     from atroposlib.testing.api_process import free_port, launch_api
+    from atroposlib.utils.processes import ServiceProcess, wait_http_ok
     from example_trainer.demo.heldout_eval import chat_prompt_ids
-    from example_trainer.demo.processes import ServiceProcess, wait_http_ok
     from example_trainer.grpo.config import TrainingConfig
     from example_trainer.grpo.loop import train
 

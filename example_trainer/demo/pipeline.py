@@ -39,8 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticUndefined
 
-from atroposlib.testing.processes import read_tail
-from example_trainer.demo.processes import ServiceProcess, process_create_time, wait_http_ok
+from atroposlib.utils.processes import ServiceProcess, process_create_time, read_tail, wait_http_ok
 
 PROG = "python -m example_trainer.demo"
 REPO_ROOT = Path(__file__).resolve().parents[2]

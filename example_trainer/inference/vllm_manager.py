@@ -27,7 +27,6 @@ log and restarted once; a second death raises :class:`VllmDiedError`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -43,7 +42,14 @@ from typing import Any, Literal
 import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from atroposlib.testing.processes import ServiceNotReady, read_tail, stop_process, wait_until_ok
+from atroposlib.utils.processes import (
+    ServiceNotReady,
+    read_tail,
+    signal_group,
+    start_service,
+    stop_process,
+    wait_until_ok,
+)
 from example_trainer.inference.server_lifetime import ServerPidFile, bound_to_parent
 from example_trainer.inference.weight_refresh import (
     WeightUpdateError,
@@ -492,22 +498,11 @@ class VllmManager:
                 f"port {cfg.vllm_port} on {cfg.vllm_host} is already in use by another process; "
                 "stop it or choose another --vllm-port"
             )
-        log_dir = Path(cfg.log_dir)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self._log_path = log_dir / f"vllm_{self._launches}.log"
+        self._log_path = Path(cfg.log_dir) / f"vllm_{self._launches}.log"
         cmd = self.command(model_path)
         logger.info("starting vLLM on %s (log %s)", model_path, self._log_path)
-        with open(self._log_path, "ab") as log:
-            log.write(("$ " + " ".join(cmd) + "\n").encode())
-            log.flush()
-            # The server gets SIGTERM if the trainer dies without stopping it (server_lifetime).
-            self._proc = subprocess.Popen(
-                bound_to_parent(cmd),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._environment(),
-                start_new_session=True,
-            )
+        # The server gets SIGTERM if the trainer dies without stopping it (server_lifetime).
+        self._proc = start_service(bound_to_parent(cmd), self._log_path, env=self._environment(), shown=cmd)
         self.pid_file.record(self._proc.pid, cfg.vllm_host, cfg.vllm_port)
         self._launches += 1
         self._model_path = model_path
@@ -542,8 +537,7 @@ class VllmManager:
             if stop_process(proc, self.config.stop_timeout, process_group=True) == -signal.SIGKILL:
                 logger.warning("vLLM did not exit %.0f s after SIGTERM; killed it", self.config.stop_timeout)
             # Engine workers run in the same process group; make sure none outlive the server.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
             self.pid_file.clear(proc.pid)
         finally:
             self._stopping = False

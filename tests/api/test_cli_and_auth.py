@@ -14,7 +14,7 @@ import requests
 
 from atroposlib.api.config import ApiConfig, is_loopback
 from atroposlib.testing.api_process import free_port, launch_api
-from atroposlib.testing.processes import stop_process, wait_until_ok
+from atroposlib.utils.processes import stop_process, wait_until_ok
 from tests.helpers.api import TIMEOUT, get, group, post_group, preflight, register
 
 RUN_API = [sys.executable, "-m", "atroposlib.cli.run_api"]

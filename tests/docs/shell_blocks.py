@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from atroposlib.testing.processes import stop_process
+from atroposlib.utils.processes import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from atroposlib.testing.api_process import free_port
-from atroposlib.testing.processes import wait_until_ok
+from atroposlib.utils.processes import wait_until_ok
 from tests.docs.shell_blocks import REPO, BlockRun, block_commands
 from tests.helpers.cli_runs import read_jsonl
 

@@ -18,8 +18,8 @@ from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
 from atroposlib.envs.tools.mcp_client import McpServerSpec, connect_all
 from atroposlib.testing.api_process import free_port
-from atroposlib.testing.processes import stop_process
 from atroposlib.testing.scripted_server import launch_scripted_server
+from atroposlib.utils.processes import stop_process
 from atroposlib.utils.tool_calls import json_contains as contains
 from environments.mcp_env import McpEnv, McpEnvConfig, items_of
 from tests.helpers.cli_runs import FIXTURES, read_jsonl

@@ -12,7 +12,7 @@ import torch
 
 from atroposlib.envs.teacher_distillation_env import echo_prompt_topk
 from atroposlib.testing.api_process import free_port
-from atroposlib.testing.processes import stop_process, wait_until_ok
+from atroposlib.utils.processes import stop_process, wait_until_ok
 from environments.arithmetic_server_teacher_distill import ArithmeticTeacherDistillEnv
 from environments.gsm8k_server_teacher_distill import GSM8kTeacherDistillEnv
 from example_trainer.demo.heldout_eval import load_causal_lm

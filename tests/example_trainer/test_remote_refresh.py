@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from example_trainer.grpo.config import TrainingConfig
-from example_trainer.grpo.loop import InferenceSync, remote_inference_urls
+from example_trainer.grpo.inference_sync import InferenceSync, remote_inference_urls
 from tests.helpers.slurm import install_scontrol
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from atroposlib.testing.api_process import free_port
-from atroposlib.testing.processes import read_tail, stop_process
+from atroposlib.utils.processes import read_tail, stop_process
 from example_trainer.grpo.checkpointing import STATE_JSON
 from example_trainer.inference.server_lifetime import ServerPidFile, process_start_time
 from tests.helpers.trainer import post_groups

@@ -259,7 +259,7 @@ class ToolProcess:
         return self.log_path.read_text(errors="replace")
 
     def wait_http(self, url: str, timeout: float = 90) -> None:
-        from atroposlib.testing.processes import wait_until_ok
+        from atroposlib.utils.processes import wait_until_ok
 
         wait_until_ok(
             self.proc, url, name=self.proc.args[2], timeout=timeout, interval=0.2, log_tail=self.log
@@ -281,7 +281,7 @@ class ToolProcess:
     def stop(self, sig: int | None = None, timeout: float = 30) -> int:
         import signal
 
-        from atroposlib.testing.processes import stop_process
+        from atroposlib.utils.processes import stop_process
 
         return stop_process(self.proc, timeout, sig=sig or signal.SIGTERM)
 

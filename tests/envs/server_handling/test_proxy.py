@@ -14,8 +14,8 @@ from atroposlib.envs.server_handling.proxy_client import ProxyManagedServer
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from atroposlib.envs.server_handling.server_manager import ServerManager
 from atroposlib.testing.api_process import free_port
-from atroposlib.testing.processes import stop_process, wait_until_ok
 from atroposlib.testing.scripted_server import launch_scripted_server
+from atroposlib.utils.processes import stop_process, wait_until_ok
 
 USER = [{"role": "user", "content": "What is 2 + 2?"}]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from example_trainer.demo.processes import still_running
+from atroposlib.utils.processes import still_running
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

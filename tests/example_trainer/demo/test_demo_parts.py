@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from atroposlib.utils.processes import ServiceProcess, still_running
 from example_trainer.demo.pipeline import (
     DemoConfig,
     _prune_checkpoints,
@@ -19,7 +20,6 @@ from example_trainer.demo.pipeline import (
     describe_error,
     format_final_line,
 )
-from example_trainer.demo.processes import ServiceProcess, still_running
 from tests.helpers.serve import wait_for
 
 FINAL_LINE = re.compile(r"^held-out accuracy: \d\.\d\d -> \d\.\d\d \(\d+ steps, \d+ s\)$")

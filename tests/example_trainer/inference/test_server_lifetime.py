@@ -14,7 +14,7 @@ import time
 import pytest
 
 from atroposlib.testing.api_process import free_port
-from atroposlib.testing.processes import stop_process
+from atroposlib.utils.processes import stop_process
 from example_trainer.inference.server_lifetime import ServerPidFile, bound_to_parent, process_start_time
 from example_trainer.inference.vllm_manager import VllmManager, VllmManagerConfig, port_in_use
 

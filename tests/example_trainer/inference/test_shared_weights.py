@@ -19,8 +19,8 @@ import requests
 import torch
 
 from atroposlib.testing.api_process import free_port
-from atroposlib.testing.processes import read_tail, stop_process, wait_until_ok
 from atroposlib.testing.tiny_model import build_tiny_model
+from atroposlib.utils.processes import read_tail, stop_process, wait_until_ok
 from example_trainer.demo.heldout_eval import load_causal_lm
 from example_trainer.inference.shared_weights import (
     SharedWeightsError,
