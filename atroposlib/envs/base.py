@@ -1,15 +1,20 @@
 """``BaseEnv``: the class every environment subclasses, and the names environments import from here.
 
 An environment implements ``setup``, ``get_next_item``, ``evaluate`` and either ``collect_trajectories`` (a whole
-group) or ``collect_trajectory`` (one rollout), and ends its file with ``MyEnv.cli()``. ``BaseEnv`` is composed
-of mixins that each do one job:
+group) or ``collect_trajectory`` (one rollout), and ends its file with ``MyEnv.cli()``. ``BaseEnv`` holds the
+configuration, the inference servers (``self.server``), the tokenizer, the hooks, checkpointing and the
+command-line classmethods. Running it is the job of a runner that holds the env:
 
-* :mod:`atroposlib.envs.serve` - the ``serve`` runtime: the scheduling loop and its workers, sending groups to
-  the trajectory API, the API client, JSONL files, wandb;
-* :mod:`atroposlib.envs.cli` - the command line (``serve``, ``process``, ``evaluate``, config layering) and the
-  offline ``process``/``evaluate`` modes;
-* :mod:`atroposlib.envs.group_assembly` - one group out of single rollouts (the default
-  ``collect_trajectories``).
+* :class:`~atroposlib.envs.serve.runtime.EnvRunner` (``self.runner``, built by ``__init__``) - ``serve``: the
+  scheduling loop and its workers, the API session, sending groups, wandb, the JSONL file, signals;
+* :class:`~atroposlib.envs.cli.process.ProcessRunner` / :class:`~atroposlib.envs.cli.process.EvaluateRunner` -
+  the offline ``process`` and ``evaluate`` modes, sharing the env runner's sender and wandb reporter.
+
+The runners call the env only through its hooks, so overriding one (``handle_send_to_api``, ``wandb_log``,
+``add_train_workers`` ...) changes what runs. compat: the runtime attributes environments read and write
+(``curr_step``, ``status_dict``, ``workers``, ``rollouts_for_wandb`` ...) are properties of ``BaseEnv`` that
+read and write the runner's state, and the runtime methods of atroposlib 0.4.0 are thin methods delegating to
+the runner.
 
 compat: the names atroposlib 0.4.0 exported from ``atroposlib.envs.base`` (``BaseEnvConfig``,
 ``ScoredDataGroup``, ``APIServerConfig``, ``ServerBaseline``, ``EvalHandlingEnum`` ...) are importable from here.
@@ -23,19 +28,20 @@ import logging
 import re
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Generic, Optional, TypeVar, Union
 
-from atroposlib.envs.cli.process import OfflineModesMixin
+from atroposlib.envs.cli.process import EvaluateRunner, ProcessRunner
 from atroposlib.envs.constants import ENV_NAMESPACE, NAMESPACE_SEP, OPENAI_NAMESPACE
 from atroposlib.envs.env_config import BaseEnvConfig, resolve_tokenizer_name
 from atroposlib.envs.group_assembly import assemble_group
 from atroposlib.envs.groups import EvalHandlingEnum, ScoredDataGroup, ScoredDataItem
-from atroposlib.envs.serve.jsonl_sink import JsonlWriter, first_free_path
-from atroposlib.envs.serve.runtime import ServeRuntimeMixin
+from atroposlib.envs.serve.api_client import SendOutcome, TrajectoryApiClient
+from atroposlib.envs.serve.group_validation import GroupProblem
+from atroposlib.envs.serve.jsonl_sink import first_free_path
+from atroposlib.envs.serve.runtime import EnvRunner
 from atroposlib.envs.serve.scheduling import derived_batch_size as _derived_batch_size
-from atroposlib.envs.serve.scheduling import resolve_max_num_workers
-from atroposlib.envs.serve.sending import GroupSendingMixin, describe_item
-from atroposlib.envs.serve.wandb_logging import WandbLoggingMixin
+from atroposlib.envs.serve.sending import describe_item
+from atroposlib.envs.serve.wandb_logging import write_evaluation_files
 from atroposlib.envs.server_handling.openai_server import resolve_openai_configs
 from atroposlib.envs.server_handling.server_baseline import (
     APIServer,
@@ -64,7 +70,43 @@ def load_tokenizer(name: str) -> Any:
     return ensure_token_list_chat_template(load_hf_tokenizer(name, flag="--env.tokenizer_name"))
 
 
-class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineModesMixin, ABC):
+T = TypeVar("T")
+
+
+class RunnerState(Generic[T]):
+    """A ``BaseEnv`` attribute that lives on the env's runner: ``env.<name>`` reads and writes
+    ``env.runner.<part>.<attr>`` (``part`` None: the runner itself; ``attr`` defaults to the name)."""
+
+    def __init__(
+        self, part: Optional[str] = None, attr: Optional[str] = None, *, writable: bool = True
+    ) -> None:
+        self.part = part
+        self.attr = attr
+        self.writable = writable
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.attr = self.attr or name
+
+    def _holder(self, env: Any) -> Any:
+        try:
+            runner = env.__dict__["runner"]
+        except KeyError:
+            raise AttributeError(f"{self.name} is available once BaseEnv.__init__ has run") from None
+        return runner if self.part is None else getattr(runner, self.part)
+
+    def __get__(self, env: Any, owner: Optional[type] = None) -> T:
+        if env is None:
+            return self  # type: ignore[return-value]
+        return getattr(self._holder(env), self.attr)  # type: ignore[arg-type]
+
+    def __set__(self, env: Any, value: T) -> None:
+        if not self.writable:
+            raise AttributeError(f"{self.name} is read-only")
+        setattr(self._holder(env), self.attr, value)  # type: ignore[arg-type]
+
+
+class BaseEnv(ABC):
     """Base class of environments.
 
     Class attributes: ``name`` (default run/output name), ``env_config_cls`` (config class used by the default
@@ -90,23 +132,15 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
         slurm: bool = False,
         testing: bool = False,
     ):
-        """Build the env: reasoning settings, the ``ServerManager``, the tokenizer and the output file.
+        """Build the env: reasoning settings, the ``ServerManager``, the tokenizer and its :class:`EnvRunner`.
 
         ``server_configs`` may be a ``ServerBaseline`` (servers discovered on localhost/SLURM), a list of
         ``APIServerConfig`` or a single ``APIServerConfig`` (used as given, as a one-element list).
         ``config.wandb_name`` defaults to ``name`` (or the class name) when unset, and ``config.tokenizer_name``
         to the first server's ``model_name`` (see :func:`~atroposlib.envs.env_config.resolve_tokenizer_name`).
+        When ``config.data_path_to_save_groups`` names an existing file, the first free ``<stem>_<k>`` path is
+        used instead (and written back into the config).
         """
-        self.items_sent_this_step = 0
-        self.eval_runner: Optional[asyncio.Task] = None
-        self.workers_added_list: list[int] = []
-        self.succeeded_task_duration: list[float] = []
-        self.failed_task_duration: list[float] = []
-        self.task_duration: list[float] = []
-        self.mainloop_timings: list[float] = []
-        self.task_successful: list[bool] = []
-        self.last_loop_time: Optional[float] = None
-        self.last_completed_item: Any = None
         self.config = config
         if not config.wandb_name:
             config.wandb_name = self.name or type(self).__name__
@@ -124,15 +158,6 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
             server_class=self.server_cls,
             reasoning_config=self.reasoning_config,
         )
-        self.workers: set[asyncio.Task] = set()
-        self.eval_workers: set[asyncio.Task] = set()
-        self.backlog: list[Any] = []
-        self.rollouts_for_wandb: list = []
-        self.running_items: dict[str, dict[str, Any]] = {}
-        self.wandb_project: Optional[str] = None
-        self.wandb_group: Optional[str] = None
-        self.curr_step = 0
-        self.max_token_len = -1
         config.tokenizer_name = resolve_tokenizer_name(config.tokenizer_name, server_configs)
         self.tokenizer = load_tokenizer(config.tokenizer_name) if self.loads_tokenizer else None
         if testing:
@@ -140,28 +165,14 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
             for server in getattr(self.server, "servers", None) or []:
                 if isinstance(server, ServerHarness) and server.tokenizer is None:
                     server.tokenizer = self.tokenizer
-        self.completion_lengths: list[int] = []
-        self.max_num_workers = resolve_max_num_workers(
-            config.max_num_workers,
-            config.max_num_workers_per_node,
-            len(getattr(self.server, "servers", []) or []),
-        )
-        self.wandb_prepend: Optional[str] = None
-        self.checkpoint_dir = ""
-        self.checkpoint_interval = -1
+        #: set by the command line in ``process`` mode (with ``n_groups_to_process``/``group_size_to_process``)
         self.process_mode = False
-        self._wandb_started = False
-        self.wandb_run: Any = None
-        self._new_counters()
-        self._init_runtime_state()
-        self.jsonl_writer: Optional[JsonlWriter] = None
         if config.data_path_to_save_groups:
             path = first_free_path(config.data_path_to_save_groups)
             if str(path) != str(config.data_path_to_save_groups):
                 logger.info("%s exists; writing groups to %s", config.data_path_to_save_groups, path)
                 config.data_path_to_save_groups = str(path)
-            # Created on the first accepted group: a run that produces none leaves no empty file behind.
-            self.jsonl_writer = JsonlWriter(path, mode="w")
+        self.runner = EnvRunner(self)
 
     # ------------------------------------------------------------------------------------------------------
     # Configuration
@@ -228,8 +239,19 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         """Run an evaluation (periodically during ``serve``, once in ``evaluate`` mode)."""
 
-    async def cleanup(self) -> None:
+    async def cleanup(self) -> None:  # noqa: B027 - an optional hook, empty by default
         """Called after every item a worker handled."""
+
+    async def _close_inference_clients(self) -> None:
+        """Close ``self.server``'s connections (when it can close); the runners call it when a run ends.
+        Environments with more clients (e.g. a teacher) extend it."""
+        close = getattr(self.server, "close", None)
+        if close is None:
+            return
+        try:
+            await close()
+        except Exception as exc:
+            logger.debug("closing inference clients failed: %s", exc)
 
     # ------------------------------------------------------------------------------------------------------
     # Checkpoints
@@ -277,6 +299,187 @@ class BaseEnv(ServeRuntimeMixin, GroupSendingMixin, WandbLoggingMixin, OfflineMo
         for key, value in data.items():
             setattr(self, key, value)
         logger.info("[%s] restored checkpoint %s", self.env_label, best[1])
+
+    # ------------------------------------------------------------------------------------------------------
+    # Runtime state (compat: attributes of the env in atroposlib 0.4.0; they live on ``self.runner``)
+    # ------------------------------------------------------------------------------------------------------
+    runner: EnvRunner
+    env_id: RunnerState[Optional[int]] = RunnerState()
+    status_dict: RunnerState[dict[str, Any]] = RunnerState()
+    curr_step: RunnerState[int] = RunnerState()
+    max_token_len: RunnerState[int] = RunnerState()
+    wandb_prepend: RunnerState[Optional[str]] = RunnerState()
+    checkpoint_dir: RunnerState[str] = RunnerState()
+    checkpoint_interval: RunnerState[int] = RunnerState()
+    items_sent_this_step: RunnerState[int] = RunnerState()
+    eval_runner: RunnerState[Optional[asyncio.Task]] = RunnerState()
+    eval_workers: RunnerState[set] = RunnerState()
+    max_num_workers: RunnerState[int] = RunnerState()
+    last_loop_time: RunnerState[Optional[float]] = RunnerState()
+    workers: RunnerState[set] = RunnerState("pool")
+    running_items: RunnerState[dict[str, dict[str, Any]]] = RunnerState("pool")
+    backlog: RunnerState[list] = RunnerState("pool")
+    items_abandoned: RunnerState[int] = RunnerState("pool")
+    last_completed_item: RunnerState[Any] = RunnerState("pool")
+    rollouts_for_wandb: RunnerState[list] = RunnerState("wandb")
+    completion_lengths: RunnerState[list] = RunnerState("wandb")
+    task_duration: RunnerState[list] = RunnerState("wandb")
+    succeeded_task_duration: RunnerState[list] = RunnerState("wandb")
+    failed_task_duration: RunnerState[list] = RunnerState("wandb")
+    task_successful: RunnerState[list] = RunnerState("wandb")
+    mainloop_timings: RunnerState[list] = RunnerState("wandb")
+    workers_added_list: RunnerState[list] = RunnerState("wandb")
+    wandb_run: RunnerState[Any] = RunnerState("wandb", "run")
+    wandb_project: RunnerState[Optional[str]] = RunnerState("wandb", "project")
+    wandb_group: RunnerState[Optional[str]] = RunnerState("wandb", "group")
+    jsonl_writer: RunnerState[Any] = RunnerState("sender")
+    discard_counts: RunnerState[Any] = RunnerState("sender")
+    groups_accepted_total: RunnerState[int] = RunnerState("sender")
+    groups_sent_total: RunnerState[int] = RunnerState("sender")
+
+    @property
+    def api(self) -> TrajectoryApiClient:
+        """The trajectory-API client of the runner (created on first use)."""
+        return self.runner.sender.api
+
+    @property
+    def env_label(self) -> str:
+        """How this env is named in log lines: the API-assigned name, else ``wandb_name``, else the class name."""
+        runner = self.__dict__.get("runner")
+        return (
+            (runner.wandb_prepend if runner is not None else None)
+            or getattr(self.config, "wandb_name", None)
+            or self.name
+            or type(self).__name__
+        )
+
+    # ------------------------------------------------------------------------------------------------------
+    # Runtime hooks: the runner calls these; the defaults delegate to it
+    # ------------------------------------------------------------------------------------------------------
+    async def env_manager(self) -> None:
+        """Run ``serve`` until ``total_steps`` or a shutdown (:meth:`EnvRunner.serve`)."""
+        await self.runner.serve()
+
+    async def process_manager(self) -> None:
+        """Run ``process`` (:meth:`~atroposlib.envs.cli.process.ProcessRunner.run`)."""
+        await ProcessRunner(self).run()
+
+    async def _run_evaluate(self, *_: Any, **__: Any) -> None:
+        """Run ``evaluate`` (:meth:`~atroposlib.envs.cli.process.EvaluateRunner.run`)."""
+        await EvaluateRunner(self).run()
+
+    def request_shutdown(self, reason: str = "requested") -> None:
+        """Ask a running ``env_manager`` to stop gracefully (safe to call from the event loop thread)."""
+        self.runner.request_shutdown(reason)
+
+    async def setup_wandb(self) -> None:
+        """serve: join the trainer's wandb project (:meth:`WandbReporter.join_trainer_run`)."""
+        await self.runner.wandb.join_trainer_run()
+
+    async def register_env(self) -> None:
+        """``POST /register-env`` until accepted (:meth:`ApiSession.register`)."""
+        await self.runner.session.register()
+
+    async def get_server_info(self) -> None:
+        """Adopt the trainer's batch size and lengths from ``GET /info`` (:meth:`ApiSession.server_info`)."""
+        await self.runner.session.server_info()
+
+    async def get_status(self) -> None:
+        """Poll ``GET /status-env`` into ``status_dict`` (:meth:`ApiSession.poll_status`)."""
+        await self.runner.session.poll_status()
+
+    async def env_step_checks(self) -> None:
+        """React to a new trainer step: evaluations, checkpoints, wandb (:meth:`EnvRunner.step_checks`)."""
+        await self.runner.step_checks()
+
+    async def add_train_workers(self) -> None:
+        """Start workers up to the current cap (:meth:`WorkerPool.add_workers`)."""
+        await self.runner.pool.add_workers()
+
+    async def handle_env(self, item_uuid: str) -> Any:
+        """One worker: collect one running item's groups and hand them on (:meth:`WorkerPool.collect`)."""
+        return await self.runner.pool.collect(item_uuid)
+
+    async def handle_send_to_api(
+        self,
+        scored_data: Any,
+        item: Any = None,
+        do_send_to_api: bool = True,
+        abort_on_any_max_length_exceeded: bool = True,
+    ) -> int:
+        """Check, record and (optionally) send groups; returns the number accepted (:meth:`GroupSender.send`)."""
+        return await self.runner.sender.send(
+            scored_data, item, do_send_to_api, abort_on_any_max_length_exceeded
+        )
+
+    async def _send_scored_data_to_api(self, scored_data: Any) -> SendOutcome:
+        """Deliver accepted groups to the trajectory API (:meth:`GroupSender.deliver`)."""
+        return await self.runner.sender.deliver(scored_data)
+
+    def record_group_scores(self, scores: Any, kept: bool, equal_scores: bool = False) -> None:
+        """Count a generated group's scores in the next wandb log's rollout stats (:meth:`RolloutStats.record`)."""
+        self.runner.sender.stats.record(scores, kept, equal_scores)
+
+    def rollout_stats(self) -> dict[str, float]:
+        """The rollout stats counted since the last log (:meth:`RolloutStats.metrics`)."""
+        return self.runner.sender.stats.metrics()
+
+    def reset_rollout_stats(self) -> None:
+        """Empty the buffers behind :meth:`rollout_stats`."""
+        self.runner.sender.stats.reset()
+
+    def record_discard(self, problem: GroupProblem, item: Any = None) -> None:
+        """Count and log a discarded group (:meth:`GroupSender.record_discard`)."""
+        self.runner.sender.record_discard(problem, item)
+
+    def discard_summary(self) -> dict[str, int]:
+        """All discards so far by reason (a copy)."""
+        return dict(self.runner.sender.discard_counts)
+
+    async def wandb_log(self, wandb_metrics: Optional[dict[str, Any]] = None) -> None:
+        """Add the base metrics and log at ``curr_step`` (:meth:`WandbReporter.log`). Overrides add their keys
+        and then ``await super().wandb_log(metrics)``."""
+        await self.runner.wandb.log(wandb_metrics)
+
+    async def create_rollout_table(self, wandb_metrics: dict[str, Any]) -> dict[str, Any]:
+        """Add the buffered rollouts as a table under ``train/rollouts`` (:meth:`WandbReporter.rollout_table`)."""
+        return self.runner.wandb.rollout_table(wandb_metrics)
+
+    async def add_rollouts_for_wandb(self, scored_data: Any, item: Any = None) -> None:
+        """Keep an accepted group's first rollouts for the table (:meth:`WandbReporter.keep_rollouts`)."""
+        self.runner.wandb.keep_rollouts(scored_data)
+
+    def perf_stats(self, metrics_dict: dict[str, Any]) -> dict[str, Any]:
+        """Add (and clear) the timing statistics (:meth:`WandbReporter.perf_stats`)."""
+        return self.runner.wandb.perf_stats(metrics_dict)
+
+    async def evaluate_log(
+        self,
+        metrics: dict[str, Any],
+        task_name: Optional[str] = None,
+        model_name: Optional[str] = None,
+        start_time: Optional[float] = None,
+        end_time: Optional[float] = None,
+        generation_parameters: Optional[dict[str, Any]] = None,
+        samples: Optional[list[dict[str, Any]]] = None,
+        verbose: bool = True,
+        subtasks: Optional[dict[str, dict[str, Any]]] = None,
+    ) -> None:
+        """Write evaluation results under ``data_dir_to_save_evals``, recorded at ``curr_step``
+        (:func:`~atroposlib.envs.serve.wandb_logging.write_evaluation_files`)."""
+        write_evaluation_files(
+            self,
+            metrics,
+            step=self.curr_step,
+            task_name=task_name,
+            model_name=model_name,
+            start_time=start_time,
+            end_time=end_time,
+            generation_parameters=generation_parameters,
+            samples=samples,
+            verbose=verbose,
+            subtasks=subtasks,
+        )
 
     # ------------------------------------------------------------------------------------------------------
     # Command line (implemented in atroposlib.envs.cli)

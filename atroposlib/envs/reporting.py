@@ -1,7 +1,7 @@
 """Metrics an environment collects between wandb logs, its evaluation report, and its checkpointed position.
 
-:class:`EvalReporting` is a mixin placed before :class:`~atroposlib.envs.base.BaseEnv` in an environment's
-bases. It holds ``percent_correct_buffer`` (one 0/1 or fractional value per training reply, logged as
+:class:`EvalReporting` is a :class:`~atroposlib.envs.base.BaseEnv` layer placed before ``BaseEnv`` (or an
+environment family built on it) in an environment's bases. It holds ``percent_correct_buffer`` (one 0/1 or fractional value per training reply, logged as
 ``train/percent_correct``) and ``eval_metrics`` (the last evaluation's ``(key, value)`` pairs, logged once
 with the next ``wandb_log``); :meth:`EvalReporting.report_evaluation` prints an evaluation's summary line,
 queues its metrics and writes them with ``evaluate_log``.
@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
+
+from atroposlib.envs.base import BaseEnv
 
 T = TypeVar("T")
 
@@ -34,7 +36,7 @@ def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-class IterCheckpoint:
+class IterCheckpoint(BaseEnv):
     """Checkpoints carry ``self.iter`` (see the module docstring), which starts at 0."""
 
     iter: int
@@ -54,10 +56,10 @@ class IterCheckpoint:
         """``data`` (default empty) plus ``{"iter": self.iter}``, saved by the environment's checkpointing."""
         data = dict(data or {})
         data["iter"] = self.iter
-        super().save_checkpoint(step, data)  # type: ignore[misc]
+        super().save_checkpoint(step, data)
 
 
-class EvalReporting:
+class EvalReporting(BaseEnv):
     """Training and evaluation metrics kept until the next ``wandb_log`` (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -65,10 +67,15 @@ class EvalReporting:
         self.percent_correct_buffer: list[float] = []
         self.eval_metrics: list[tuple[str, float]] = []
 
+    if TYPE_CHECKING:
+
+        def eval_items(self) -> Sequence[Any]:
+            """The evaluation items (defined by the environment family or the environment)."""
+
     def limited_eval_items(self) -> list[Any]:
         """``self.eval_items()``, cut to ``config.eval_limit`` items when that is set."""
-        items = list(self.eval_items())  # type: ignore[attr-defined]
-        limit = getattr(self.config, "eval_limit", None)  # type: ignore[attr-defined]
+        items = list(self.eval_items())
+        limit = getattr(self.config, "eval_limit", None)
         return items if limit is None else items[:limit]
 
     async def run_evaluation(
@@ -77,7 +84,7 @@ class EvalReporting:
         """``answer(item, sem)`` for every item concurrently, at most ``config.max_eval_workers`` (at least
         one) at a time through ``sem``: ``(results in item order, start time, end time)`` (``time.time()``)."""
         start = time.time()
-        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))  # type: ignore[attr-defined]
+        sem = asyncio.Semaphore(max(1, self.config.max_eval_workers))
         results = await asyncio.gather(*(answer(item, sem) for item in items))
         return list(results), start, time.time()
 
@@ -95,7 +102,7 @@ class EvalReporting:
         if summary is not None:
             print(summary, flush=True)
         self.eval_metrics.extend(metrics.items())
-        await self.evaluate_log(  # type: ignore[attr-defined]
+        await self.evaluate_log(
             metrics=metrics,
             samples=list(samples),
             start_time=start_time,
@@ -112,4 +119,4 @@ class EvalReporting:
         self.percent_correct_buffer = []
         wandb_metrics.update(self.eval_metrics)
         self.eval_metrics = []
-        await super().wandb_log(wandb_metrics)  # type: ignore[misc]
+        await super().wandb_log(wandb_metrics)

@@ -193,10 +193,10 @@ async def test_wandb_log_without_wandb_clears_buffers(tiny_model_dir, tmp_path):
     env = make_env(tiny_model_dir, tmp_path)
     env.completion_lengths = [1, 2, 3]
     env.task_duration = [0.1, 0.2]
-    env._discards_since_log["ragged"] = 2
+    env.runner.sender.discards_since_log["ragged"] = 2
     await env.wandb_log({"custom": 1})
     assert env.completion_lengths == [] and env.task_duration == []
-    assert not env._discards_since_log
+    assert not env.runner.sender.discards_since_log
 
 
 async def test_wandb_log_offline_run_has_base_server_and_discard_metrics(
@@ -208,18 +208,18 @@ async def test_wandb_log_offline_run_has_base_server_and_discard_metrics(
     logged = []
     import wandb
 
-    env._start_wandb_run(project="p", group=None, name="t")
+    env.runner.wandb.start_run(project="p", group=None, name="t")
     try:
         monkeypatch.setattr(wandb, "log", lambda metrics, step=None: logged.append((metrics, step)))
         env.wandb_prepend = "counting_0"
         env.curr_step = 3
         env.max_token_len = 10
         env.completion_lengths = list(range(1, 11))
-        env._discards_since_log["ragged"] = 2
+        env.runner.sender.discards_since_log["ragged"] = 2
         await env.add_rollouts_for_wandb(group(), None)
         await env.wandb_log({"train/custom": 1.0})
     finally:
-        env._finish_wandb_run()
+        env.runner.wandb.finish_run()
     metrics, step = logged[0]
     assert step == 3
     assert metrics["counting_0_train/custom"] == 1.0

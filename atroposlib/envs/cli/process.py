@@ -1,13 +1,17 @@
 """The offline run modes: ``process`` (groups to JSONL + HTML, no API) and ``evaluate`` (one evaluation).
 
-:class:`OfflineModesMixin` is part of :class:`~atroposlib.envs.base.BaseEnv`.
+:class:`ProcessRunner` and :class:`EvaluateRunner` hold an environment like the ``serve`` runner does, and use
+that env's :class:`~atroposlib.envs.serve.runtime.EnvRunner` (``env.runner``) for what the modes share: its
+:class:`~atroposlib.envs.serve.sending.GroupSender` (validation, counters, the JSONL file), its
+:class:`~atroposlib.envs.serve.wandb_logging.WandbReporter` and its step counter. ``BaseEnv.process_manager``
+and ``BaseEnv._run_evaluate`` run them.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from tqdm.auto import tqdm
 
@@ -16,6 +20,9 @@ from atroposlib.envs.serve.setup_errors import run_setup
 from atroposlib.envs.serve.wandb_logging import run_name
 from atroposlib.envs.serve.workers import unpack_collect_result
 from atroposlib.envs.server_handling.errors import ServerUnavailableError
+
+if TYPE_CHECKING:
+    from atroposlib.envs.serve.runtime import EnvRunner
 
 # compat: environments log under the logger name of atroposlib 0.4.0 (``atroposlib.envs.base``).
 logger = logging.getLogger("atroposlib.envs.base")
@@ -44,31 +51,120 @@ def write_html_report(jsonl_path: str | Path) -> Path | None:
     return html_path
 
 
-class OfflineModesMixin:
-    """``process_manager`` and ``_run_evaluate``."""
+class OfflineRunner:
+    """What ``process`` and ``evaluate`` share: the env, its runner, and the inference-server watch."""
 
-    def _bound_server_wait(self) -> None:
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.runner: EnvRunner = env.runner
+
+    def bound_server_wait(self) -> None:
         """Make requests give up once no inference server has answered for ``server_unavailable_timeout`` s,
         and let ManagedServer sessions on OpenAI-type servers compute tokens from the messages."""
-        if hasattr(self.server, "unavailable_grace"):
-            self.server.unavailable_grace = self.config.server_unavailable_timeout
-        if hasattr(self.server, "tokens_from_messages"):
-            self.server.tokens_from_messages = True
+        server, config = self.env.server, self.env.config
+        if hasattr(server, "unavailable_grace"):
+            server.unavailable_grace = config.server_unavailable_timeout
+        if hasattr(server, "tokens_from_messages"):
+            server.tokens_from_messages = True
 
-    def _server_down(self, exc: BaseException | None = None) -> ServerUnavailableError | None:
+    def server_down(self, exc: BaseException | None = None) -> ServerUnavailableError | None:
         """The error to stop with when the inference servers are down (``exc`` or the manager's own check)."""
         if exc is None:
-            check = getattr(self.server, "unavailable_error", None)
+            check = getattr(self.env.server, "unavailable_error", None)
             exc = check() if check is not None else None
         if exc is None:
             return None
-        return ServerUnavailableError(
-            f"{exc} (gave up after --env.server_unavailable_timeout {self.config.server_unavailable_timeout:g} s)"
-        )
+        timeout = self.env.config.server_unavailable_timeout
+        return ServerUnavailableError(f"{exc} (gave up after --env.server_unavailable_timeout {timeout:g} s)")
 
-    async def process_manager(self) -> None:
-        """Produce ``n_groups_to_process`` accepted groups into ``data_path_to_save_groups`` (JSONL) and render
-        them to HTML beside it.
+    def start_wandb(self, name: str) -> None:
+        """Start a wandb run named ``name`` when ``use_wandb`` (offline unless a key is available)."""
+        if self.env.config.use_wandb:
+            wandb = self.runner.wandb
+            wandb.start_run(project=wandb.project, group=wandb.group, name=name)
+
+
+class ProcessRunner(OfflineRunner):
+    """``process``: ``n_groups`` accepted groups into ``data_path_to_save_groups`` (JSONL), rendered to HTML.
+
+    ``n_groups`` defaults to the env's ``n_groups_to_process`` (set by the command line) else
+    ``config.total_steps``; ``group_size`` to ``group_size_to_process`` else ``config.group_size``.
+    """
+
+    def __init__(self, env: Any, n_groups: Optional[int] = None, group_size: Optional[int] = None) -> None:
+        super().__init__(env)
+        if n_groups is None:
+            n_groups = getattr(env, "n_groups_to_process", env.config.total_steps)
+        if group_size is None:
+            group_size = getattr(env, "group_size_to_process", env.config.group_size)
+        self.target = int(n_groups)
+        self.group_size = int(group_size)
+        self.accepted = 0
+        self.last_problem = "no group returned"
+
+    async def _process_item(self, item: Any) -> int:
+        """Collect, post-process and record one item through the env's hooks; returns the groups accepted."""
+        env, sender = self.env, self.runner.sender
+        env.config.group_size = self.group_size
+        before = sender.groups_accepted_total
+        try:
+            to_postprocess, to_backlog = unpack_collect_result(await env.collect_trajectories(item))
+            self.runner.pool.backlog.extend(to_backlog)
+            if to_postprocess:
+                to_postprocess = await env.postprocess_histories(to_postprocess)
+            if to_postprocess:
+                await env.handle_send_to_api(
+                    to_postprocess, item, do_send_to_api=False, abort_on_any_max_length_exceeded=False
+                )
+        except ServerUnavailableError as exc:
+            raise self.server_down(exc) from exc
+        except Exception as exc:
+            self.last_problem = f"{type(exc).__name__}: {exc}"
+            logger.error("[%s] item %s failed: %s", env.env_label, describe_item(item), self.last_problem)
+            logger.debug("traceback", exc_info=True)
+        return sender.groups_accepted_total - before
+
+    def _no_group(self, failures_in_row: int, discards_before: int) -> None:
+        """An item produced no accepted group: stop when the servers are down or too many failed in a row."""
+        down = self.server_down()
+        if down is not None:
+            raise down
+        counts = self.runner.sender.discard_counts
+        if sum(counts.values()) > discards_before:
+            self.last_problem = (
+                "group discarded (" + ", ".join(f"{k}={v}" for k, v in counts.items()) + " so far)"
+            )
+        if failures_in_row >= self.env.config.process_max_consecutive_failures:
+            raise ProcessModeError(
+                f"{failures_in_row} items in a row produced no usable group (last: {self.last_problem}); "
+                f"stopping after {self.accepted} of {self.target} groups"
+            )
+
+    async def _produce(self, bar: Any) -> None:
+        env, pool = self.env, self.runner.pool
+        failures_in_row = 0
+        while self.accepted < self.target:
+            item = pool.backlog.pop(0) if pool.backlog else await env.get_next_item()
+            if item is None:
+                logger.info("[%s] get_next_item() returned None: no more items", env.env_label)
+                return
+            discards_before = sum(self.runner.sender.discard_counts.values())
+            new = await self._process_item(item)
+            if new <= 0:
+                failures_in_row += 1
+                self._no_group(failures_in_row, discards_before)
+                continue
+            failures_in_row = 0
+            self.accepted += new
+            self.runner.curr_step = self.accepted
+            bar.update(min(new, max(0, self.target - bar.n)))
+            try:
+                await env.wandb_log()
+            except Exception:
+                logger.error("[%s] wandb_log failed", env.env_label, exc_info=True)
+
+    async def run(self) -> None:
+        """Produce the groups (the default ``process_manager``).
 
         Only accepted groups count (a progress bar shows them). Items come from the backlog first, then
         ``get_next_item()``; ``None`` from it ends the run early. Exceptions of ``collect_trajectories`` are
@@ -78,118 +174,69 @@ class OfflineModesMixin:
         :class:`~atroposlib.envs.server_handling.errors.ServerUnavailableError`. The JSONL file is closed and
         the HTML written in every case. wandb runs offline unless a key is available.
         """
-        self._bound_server_wait()
-        await run_setup(self)
-        target = int(getattr(self, "n_groups_to_process", self.config.total_steps))
-        group_size = int(getattr(self, "group_size_to_process", self.config.group_size))
-        label = self.name or type(self).__name__
-        if self.config.use_wandb:
-            self._start_wandb_run(project=self.wandb_project, group=self.wandb_group, name=run_name(label))
-        self.curr_step = 0
-        accepted = 0
-        failures_in_row = 0
-        limit = self.config.process_max_consecutive_failures
-        last_problem = "no group returned"
-        bar = tqdm(total=target, desc=f"{label}: groups", unit="group", dynamic_ncols=True)
+        env = self.env
+        self.bound_server_wait()
+        await run_setup(env)
+        label = env.name or type(env).__name__
+        self.start_wandb(run_name(label))
+        self.runner.curr_step = 0
+        self.accepted = 0
+        bar = tqdm(total=self.target, desc=f"{label}: groups", unit="group", dynamic_ncols=True)
         try:
-            while accepted < target:
-                item = self.backlog.pop(0) if self.backlog else await self.get_next_item()
-                if item is None:
-                    logger.info("[%s] get_next_item() returned None: no more items", self.env_label)
-                    break
-                self.config.group_size = group_size
-                before = self.groups_accepted_total
-                discards_before = sum(self.discard_counts.values())
-                try:
-                    to_postprocess, to_backlog = unpack_collect_result(await self.collect_trajectories(item))
-                    self.backlog.extend(to_backlog)
-                    if to_postprocess:
-                        to_postprocess = await self.postprocess_histories(to_postprocess)
-                    if to_postprocess:
-                        await self.handle_send_to_api(
-                            to_postprocess, item, do_send_to_api=False, abort_on_any_max_length_exceeded=False
-                        )
-                except ServerUnavailableError as exc:
-                    raise self._server_down(exc) from exc
-                except Exception as exc:
-                    last_problem = f"{type(exc).__name__}: {exc}"
-                    logger.error("[%s] item %s failed: %s", self.env_label, describe_item(item), last_problem)
-                    logger.debug("traceback", exc_info=True)
-                new = self.groups_accepted_total - before
-                if new > 0:
-                    failures_in_row = 0
-                    accepted += new
-                    self.curr_step = accepted
-                    bar.update(min(new, max(0, target - bar.n)))
-                    try:
-                        await self.wandb_log()
-                    except Exception:
-                        logger.error("[%s] wandb_log failed", self.env_label, exc_info=True)
-                else:
-                    down = self._server_down()
-                    if down is not None:
-                        raise down
-                    failures_in_row += 1
-                    if sum(self.discard_counts.values()) > discards_before:
-                        last_problem = (
-                            "group discarded ("
-                            + ", ".join(f"{k}={v}" for k, v in self.discard_counts.items())
-                            + " so far)"
-                        )
-                    if failures_in_row >= limit:
-                        raise ProcessModeError(
-                            f"{failures_in_row} items in a row produced no usable group (last: {last_problem}); "
-                            f"stopping after {accepted} of {target} groups"
-                        )
+            await self._produce(bar)
         finally:
             bar.close()
-            self._finish_process_outputs(accepted, target)
-            await self._close_inference_clients()
+            self._finish_outputs()
+            await self.runner.close_inference_clients()
 
-    def _finish_process_outputs(self, accepted: int, target: int) -> None:
-        if self.jsonl_writer is not None:
-            self.jsonl_writer.close()
-        path = self.config.data_path_to_save_groups
+    def _finish_outputs(self) -> None:
+        writer = self.runner.sender.jsonl_writer
+        if writer is not None:
+            writer.close()
+        path = self.env.config.data_path_to_save_groups
         html = None
         if path and Path(path).exists():
             html = write_html_report(path)
-        self._finish_wandb_run()
+        self.runner.wandb.finish_run()
         logger.info(
             "[%s] process: %d/%d groups written to %s%s; discarded %s",
-            self.env_label,
-            accepted,
-            target,
+            self.env.env_label,
+            self.accepted,
+            self.target,
             path,
             f" and {html}" if html else "",
-            dict(self.discard_counts) or 0,
+            dict(self.runner.sender.discard_counts) or 0,
         )
 
-    async def _run_evaluate(self, *_: Any, **__: Any) -> None:
-        """Run ``setup()`` then ``evaluate()`` once. With ``use_wandb`` a run is started (offline without a key)
-        and ``wandb_log`` is called afterwards to flush the evaluation metrics the env recorded. Raises
+
+class EvaluateRunner(OfflineRunner):
+    """``evaluate``: the env's ``setup()`` then its ``evaluate()`` once."""
+
+    async def run(self) -> None:
+        """Run the evaluation. With ``use_wandb`` a run is started (offline without a key) and the env's
+        ``wandb_log`` is called afterwards to flush the evaluation metrics it recorded. Raises
         :class:`~atroposlib.envs.server_handling.errors.ServerUnavailableError` when no inference server has
         answered for ``server_unavailable_timeout`` seconds."""
-        self._bound_server_wait()
-        await run_setup(self)
-        if self.config.use_wandb:
-            name = run_name(self.name or type(self).__name__)
-            self._start_wandb_run(project=self.wandb_project, group=self.wandb_group, name=name)
+        env = self.env
+        self.bound_server_wait()
+        await run_setup(env)
+        self.start_wandb(run_name(env.name or type(env).__name__))
         try:
             try:
-                await self.evaluate()
+                await env.evaluate()
             except ServerUnavailableError as exc:
-                raise self._server_down(exc) from exc
-            down = self._server_down()
+                raise self.server_down(exc) from exc
+            down = self.server_down()
             if down is not None:
                 raise down
-            if self._wandb_active():
+            if self.runner.wandb.active():
                 try:
-                    await self.wandb_log({})
+                    await env.wandb_log({})
                 except Exception:
-                    logger.error("[%s] wandb_log after evaluate failed", self.env_label, exc_info=True)
+                    logger.error("[%s] wandb_log after evaluate failed", env.env_label, exc_info=True)
         finally:
-            self._finish_wandb_run()
-            await self._close_inference_clients()
+            self.runner.wandb.finish_run()
+            await self.runner.close_inference_clients()
 
 
-__all__ = ["OfflineModesMixin", "ProcessModeError", "write_html_report"]
+__all__ = ["EvaluateRunner", "OfflineRunner", "ProcessModeError", "ProcessRunner", "write_html_report"]

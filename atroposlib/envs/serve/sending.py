@@ -1,7 +1,9 @@
 """From an environment's result to the API: validation, bookkeeping, JSONL copy, delivery.
 
-:class:`GroupSendingMixin` is part of :class:`~atroposlib.envs.base.BaseEnv`; it relies on the attributes
-``BaseEnv.__init__`` sets (``config``, ``tokenizer``, ``max_token_len``, ``jsonl_writer``, ``env_id`` ...).
+:class:`GroupSender` belongs to an :class:`~atroposlib.envs.serve.runtime.EnvRunner`. ``BaseEnv.handle_send_to_api``
+(the hook environments may override) calls :meth:`GroupSender.send`, which validates each group, records it
+(:class:`RolloutStats`, discard counters, the env's ``add_rollouts_for_wandb`` hook, the JSONL file) and hands the
+accepted ones to :meth:`GroupSender.deliver`, the only place that talks to the trajectory API's scored-data routes.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import reprlib
 from collections import Counter
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from atroposlib.envs.serve.api_client import SendOutcome, TrajectoryApiClient
 from atroposlib.envs.serve.group_validation import GroupProblem, completion_length, prepare_group
-from atroposlib.envs.serve.jsonl_sink import UnsentGroupsFile
+from atroposlib.envs.serve.jsonl_sink import JsonlWriter, UnsentGroupsFile
+
+if TYPE_CHECKING:
+    from atroposlib.envs.serve.runtime import EnvRunner
 
 #: Trainer step current when the worker that produced the groups being sent started collecting them. Set
 #: per worker task by the serve loop; groups sent to the API carry it as ``group_overrides["policy_step"]``
@@ -81,25 +86,23 @@ def split_messages_from_tokens(tokenizer: Any, tokens: list[int], mask: list[int
     ]
 
 
-class GroupSendingMixin:
-    """``handle_send_to_api`` and the machinery behind it."""
+class RolloutStats:
+    """Scores of the groups generated since the last wandb log, kept or not (see :meth:`record`)."""
 
-    # -- identity / counters -------------------------------------------------------------------------------
-    @property
-    def env_label(self) -> str:
-        """How this env is named in log lines: the API-assigned name, else ``wandb_name``, else the class name."""
-        return (
-            getattr(self, "wandb_prepend", None)
-            or getattr(self.config, "wandb_name", None)
-            or getattr(self, "name", None)
-            or type(self).__name__
-        )
+    def __init__(self) -> None:
+        self.reset()
 
-    def record_group_scores(self, scores: Any, kept: bool, equal_scores: bool = False) -> None:
-        """Count one generated group's scores in the rollout stats of the next wandb log, whether or not the
-        group reaches the trainer: ``kept`` when it is sent, ``equal_scores`` when it was dropped because all
-        its scores are equal (it carries no GRPO signal). A group with a non-numeric or non-finite score is
-        not counted."""
+    def reset(self) -> None:
+        """Empty the buffers."""
+        self.rollout_scores: list[float] = []
+        self.kept_scores: list[float] = []
+        self.groups_scored = 0
+        self.groups_dropped_equal_scores = 0
+
+    def record(self, scores: Any, kept: bool, equal_scores: bool = False) -> None:
+        """Count one generated group's scores, whether or not the group reaches the trainer: ``kept`` when it
+        is sent, ``equal_scores`` when it was dropped because all its scores are equal (it carries no GRPO
+        signal). A group with a non-numeric or non-finite score is not counted."""
         try:
             values = [float(s) for s in scores]
         except (TypeError, ValueError):
@@ -115,11 +118,10 @@ class GroupSendingMixin:
         elif equal_scores:
             self.groups_dropped_equal_scores += 1
 
-    def rollout_stats(self) -> dict[str, float]:
-        """Metrics of the groups counted since the last log: ``train/rollout_reward_mean`` (mean score of
-        every rollout generated), ``train/kept_reward_mean`` (mean over the groups sent to the trainer;
-        absent when none was), ``train/rollouts``, ``train/groups_scored`` and
-        ``train/groups_dropped_equal_scores``. Empty when no group was counted."""
+    def metrics(self) -> dict[str, float]:
+        """``train/rollout_reward_mean`` (mean score of every rollout generated), ``train/kept_reward_mean``
+        (mean over the groups sent to the trainer; absent when none was), ``train/rollouts``,
+        ``train/groups_scored`` and ``train/groups_dropped_equal_scores``. Empty when no group was counted."""
         if not self.groups_scored or not self.rollout_scores:
             return {}
         stats: dict[str, float] = {
@@ -132,33 +134,50 @@ class GroupSendingMixin:
             stats["train/kept_reward_mean"] = sum(self.kept_scores) / len(self.kept_scores)
         return stats
 
-    def reset_rollout_stats(self) -> None:
-        """Empty the buffers behind :meth:`rollout_stats`."""
-        self.rollout_scores: list[float] = []
-        self.kept_scores: list[float] = []
-        self.groups_scored = 0
-        self.groups_dropped_equal_scores = 0
 
+class GroupSender:
+    """Validation, bookkeeping, the JSONL copy and delivery of an env's groups, for one :class:`EnvRunner`.
+
+    Counters: ``discard_counts`` (every discard by reason), ``discards_since_log`` (cleared by each wandb log),
+    ``groups_accepted_total``, ``groups_sent_total`` and ``groups_sent_since_status`` (cleared by each status
+    poll). ``jsonl_writer`` is the file accepted groups are appended to (None: no file).
+    """
+
+    def __init__(self, runner: EnvRunner, jsonl_writer: Optional[JsonlWriter] = None) -> None:
+        self.runner = runner
+        self.env = runner.env
+        self.jsonl_writer = jsonl_writer
+        self.stats = RolloutStats()
+        self.discard_counts: Counter[str] = Counter()
+        self.discards_since_log: Counter[str] = Counter()
+        self.groups_accepted_total = 0
+        self.groups_sent_total = 0
+        self.groups_sent_since_status = 0
+        self._warned_no_max_len = False
+        self._api: Optional[TrajectoryApiClient] = None
+        self._unsent: Optional[UnsentGroupsFile] = None
+
+    # -- counters ------------------------------------------------------------------------------------------
     def record_discard(self, problem: GroupProblem, item: Any = None) -> None:
         """Count a discarded group under ``problem.code`` and log one line naming the env, item and problem."""
         self.discard_counts[problem.code] += 1
-        self._discards_since_log[problem.code] += 1
+        self.discards_since_log[problem.code] += 1
         level = logging.INFO if problem.code in _EXPECTED_DISCARDS else logging.WARNING
         logger.log(
             level,
             "[%s] discarded a group (%s) for item %s: %s",
-            self.env_label,
+            self.env.env_label,
             problem.code,
             describe_item(item),
             problem.message,
         )
 
-    # -- delivery ------------------------------------------------------------------------------------------
+    # -- the API client and the spill file -----------------------------------------------------------------
     def _unsent_path(self) -> Path:
-        configured = getattr(self.config, "unsent_groups_path", None)
+        configured = getattr(self.env.config, "unsent_groups_path", None)
         if configured:
             return Path(configured)
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.env_label)
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.env.env_label)
         return Path("atropos_unsent") / f"{safe}-{os.getpid()}.jsonl"
 
     def _unsent_file(self) -> UnsentGroupsFile:
@@ -171,30 +190,91 @@ class GroupSendingMixin:
         """The client for ``config.rollout_server_url`` (created on first use, one session per run)."""
         if self._api is None:
             self._api = TrajectoryApiClient(
-                self.config.rollout_server_url, unsent=self._unsent_file, label=self.env_label
+                self.env.config.rollout_server_url, unsent=self._unsent_file, label=self.env.env_label
             )
         return self._api
 
-    async def _send_scored_data_to_api(self, scored_data: Any) -> SendOutcome:
-        """Deliver one group or a list of groups with this env's ``env_id`` (see ``TrajectoryApiClient``)."""
+    @property
+    def api_started(self) -> bool:
+        """Whether :attr:`api` was ever used (and so has a session to close)."""
+        return self._api is not None
+
+    async def close(self) -> None:
+        """Close the JSONL file, the spill file (logging how to resend what it holds) and the API session."""
+        if self.jsonl_writer is not None:
+            self.jsonl_writer.close()
+        if self._unsent is not None:
+            if self._unsent.count:
+                logger.warning(
+                    "[%s] %d undelivered payload(s) are saved in %s (resend with: python -m "
+                    "atroposlib.envs.serve.api_client resend %s --url %s)",
+                    self.env.env_label,
+                    self._unsent.count,
+                    self._unsent.path,
+                    self._unsent.path,
+                    self.env.config.rollout_server_url,
+                )
+            self._unsent.close()
+        if self._api is not None:
+            await self._api.close()
+
+    # -- delivery ------------------------------------------------------------------------------------------
+    async def deliver(self, scored_data: Any) -> SendOutcome:
+        """Send one group or a list of groups with the runner's ``env_id`` (see ``TrajectoryApiClient``)."""
+        env_id = self.runner.env_id
         if isinstance(scored_data, list):
-            payload: Any = [{**group, "env_id": self.env_id} for group in scored_data]
+            payload: Any = [{**group, "env_id": env_id} for group in scored_data]
             count = len(payload)
         else:
-            payload = {**scored_data, "env_id": self.env_id}
+            payload = {**scored_data, "env_id": env_id}
             count = 1
-        self.api.label = self.env_label
+        self.api.label = self.env.env_label
         outcome = await self.api.send_scored_data(payload)
         if outcome.delivered:
             self.groups_sent_total += count
-            self._groups_sent_since_status += count
+            self.groups_sent_since_status += count
         else:
             self.discard_counts["undelivered"] += count
-            self._discards_since_log["undelivered"] += count
+            self.discards_since_log["undelivered"] += count
         return outcome
 
-    # -- the hook ------------------------------------------------------------------------------------------
-    async def handle_send_to_api(
+    async def _accept(self, raw: Any, item: Any, enforce_length: bool) -> Optional[dict[str, Any]]:
+        """One group checked and recorded: the plain-JSON group when it is accepted, else None (counted)."""
+        config = self.env.config
+        group, problem = prepare_group(
+            raw,
+            default_group_size=config.group_size,
+            max_token_len=self.runner.max_token_len,
+            enforce_max_length=enforce_length,
+            reject_identical_scores=config.ensure_scores_are_not_same,
+        )
+        scores = raw.get("scores") if isinstance(raw, dict) else None
+        if scores is not None:
+            self.stats.record(
+                scores, kept=problem is None, equal_scores=problem is not None and problem.code == IDENTICAL
+            )
+        if problem is not None:
+            self.record_discard(problem, item)
+            return None
+        lengths = self.runner.wandb.completion_lengths
+        lengths.extend(completion_length(mask) for mask in group["masks"])
+        trim_buffer(lengths)
+        if config.include_messages and group.get("messages") is None:
+            group["messages"] = [
+                split_messages_from_tokens(self.env.tokenizer, toks, mask)
+                for toks, mask in zip(group["tokens"], group["masks"], strict=True)
+            ]
+        await self.env.add_rollouts_for_wandb(group, item)
+        if self.jsonl_writer is not None:
+            try:
+                self.jsonl_writer.write(group)
+            except (OSError, TypeError) as exc:
+                logger.error(
+                    "[%s] could not append a group to %s: %s", self.env.env_label, self.jsonl_writer.path, exc
+                )
+        return group
+
+    async def send(
         self,
         scored_data: Any,
         item: Any = None,
@@ -204,80 +284,44 @@ class GroupSendingMixin:
         """Check, record and (optionally) send what ``collect_trajectories``/``postprocess_histories`` returned.
 
         ``scored_data`` is one group or a list of groups (``None`` entries are skipped). Each group is
-        normalised and validated (:func:`~atroposlib.envs.serve.group_validation.prepare_group`); a rejected group is
-        counted in ``discard_counts`` and logged with its reason. Accepted groups get every optional key (None
-        when absent), ``messages`` rebuilt from the tokens when ``include_messages`` is set, are offered to
-        :meth:`add_rollouts_for_wandb`, appended to the JSONL file when configured, and finally sent in one
-        request (the single dict when one group was given, else the list). Returns the number accepted.
+        normalised and validated (:func:`~atroposlib.envs.serve.group_validation.prepare_group`); its scores are
+        counted in :attr:`stats`; a rejected group is counted in ``discard_counts`` and logged with
+        its reason. Accepted groups get every optional key (None when absent), ``messages`` rebuilt from the
+        tokens when ``include_messages`` is set, are offered to the env's ``add_rollouts_for_wandb``, appended to
+        the JSONL file when configured, and finally sent in one request with :meth:`deliver` (the single dict
+        when one group was given, else the list). Returns the number accepted.
         """
         single = not isinstance(scored_data, (list, tuple))
         groups = [scored_data] if single else list(scored_data)
-        accepted: list[dict[str, Any]] = []
-        enforce_length = abort_on_any_max_length_exceeded and self.max_token_len > 0
-        if abort_on_any_max_length_exceeded and self.max_token_len <= 0 and not self._warned_no_max_len:
+        max_token_len = self.runner.max_token_len
+        if abort_on_any_max_length_exceeded and max_token_len <= 0 and not self._warned_no_max_len:
             self._warned_no_max_len = True
             logger.warning(
                 "[%s] the trainer's max_token_len is unknown: sequence lengths are not checked",
-                self.env_label,
+                self.env.env_label,
             )
+        enforce_length = abort_on_any_max_length_exceeded and max_token_len > 0
+        accepted: list[dict[str, Any]] = []
         for raw in groups:
-            if raw is None:
-                continue
-            group, problem = prepare_group(
-                raw,
-                default_group_size=self.config.group_size,
-                max_token_len=self.max_token_len,
-                enforce_max_length=enforce_length,
-                reject_identical_scores=self.config.ensure_scores_are_not_same,
-            )
-            scores = raw.get("scores") if isinstance(raw, dict) else None
-            if scores is not None:
-                self.record_group_scores(
-                    scores,
-                    kept=problem is None,
-                    equal_scores=problem is not None and problem.code == IDENTICAL,
-                )
-            if problem is not None:
-                self.record_discard(problem, item)
-                continue
-            self.completion_lengths.extend(completion_length(mask) for mask in group["masks"])
-            trim_buffer(self.completion_lengths)
-            if self.config.include_messages and group.get("messages") is None:
-                group["messages"] = [
-                    split_messages_from_tokens(self.tokenizer, toks, mask)
-                    for toks, mask in zip(group["tokens"], group["masks"], strict=True)
-                ]
-            await self.add_rollouts_for_wandb(group, item)
-            if self.jsonl_writer is not None:
-                try:
-                    self.jsonl_writer.write(group)
-                except (OSError, TypeError) as exc:
-                    logger.error(
-                        "[%s] could not append a group to %s: %s", self.env_label, self.jsonl_writer.path, exc
-                    )
-            accepted.append(group)
+            if raw is not None:
+                group = await self._accept(raw, item, enforce_length)
+                if group is not None:
+                    accepted.append(group)
         self.groups_accepted_total += len(accepted)
         if accepted and do_send_to_api:
-            stamp_policy_step(accepted, POLICY_STEP.get(), self.curr_step)
+            stamp_policy_step(accepted, POLICY_STEP.get(), self.runner.curr_step)
             payload: Any = accepted[0] if single and len(accepted) == 1 else accepted
-            self.items_sent_this_step += len(accepted)
-            await self._send_scored_data_to_api(payload)
+            self.runner.items_sent_this_step += len(accepted)
+            await self.env._send_scored_data_to_api(payload)
         return len(accepted)
 
-    def discard_summary(self) -> dict[str, int]:
-        """All discards so far by reason (a copy)."""
-        return dict(self.discard_counts)
 
-    def _new_counters(self) -> None:
-        self.discard_counts: Counter[str] = Counter()
-        self._discards_since_log: Counter[str] = Counter()
-        self.groups_accepted_total = 0
-        self.groups_sent_total = 0
-        self._groups_sent_since_status = 0
-        self._warned_no_max_len = False
-        self.reset_rollout_stats()
-        self._api: Optional[TrajectoryApiClient] = None
-        self._unsent: Optional[UnsentGroupsFile] = None
-
-
-__all__ = ["GroupSendingMixin", "describe_item", "split_messages_from_tokens", "trim_buffer"]
+__all__ = [
+    "POLICY_STEP",
+    "GroupSender",
+    "RolloutStats",
+    "describe_item",
+    "split_messages_from_tokens",
+    "stamp_policy_step",
+    "trim_buffer",
+]

@@ -52,14 +52,14 @@ async def test_eval_stop_train_requeues_collecting_items_but_never_cancels_a_sen
     )
     await env.setup()
     if in_serve_loop:  # inside env_manager, sending happens in a separate finishing task
-        env._wakeup = asyncio.Event()
+        env.runner.shutdown.wakeup = asyncio.Event()
     env.config.batch_size = 8
     env.status_dict = {"current_step": 0, "queue_size": 0, "self_queue_size": 0, "max_group_size": 2}
-    env._launch_worker(1)  # finishes collecting at once, then blocks while sending
-    env._launch_worker(2)  # hangs in collect_trajectories
-    await wait_until(lambda: len(env.running_items) == 1 and (env._finishing or not in_serve_loop))
+    env.runner.pool.launch(1)  # finishes collecting at once, then blocks while sending
+    env.runner.pool.launch(2)  # hangs in collect_trajectories
+    await wait_until(lambda: len(env.running_items) == 1 and (env.runner.pool.finishing or not in_serve_loop))
     if in_serve_loop:
-        (sending,) = env._finishing
+        (sending,) = env.runner.pool.finishing
         assert len(env.workers) == 1  # the sending item no longer holds a worker slot
     else:
         sending = next(
@@ -70,7 +70,7 @@ async def test_eval_stop_train_requeues_collecting_items_but_never_cancels_a_sen
     assert env.eval_runner is not None
     await asyncio.sleep(0.05)
     assert not env.running_items
-    assert list(env._requeued) == [(2, 0)]  # re-queued first, without counting an attempt
+    assert list(env.runner.pool.requeued) == [(2, 0)]  # re-queued first, without counting an attempt
     assert not sending.cancelled() and not sending.done()
     env.send_gate.set()
     await asyncio.wait_for(sending, 5)
@@ -105,12 +105,12 @@ async def test_worker_exceptions_are_retried_a_bounded_number_of_times(tiny_mode
     env = make_env(tiny_model_dir, tmp_path, cls=AlwaysFails, max_item_retries=2)
     await env.setup()
     attempts = 0
-    env._launch_worker("x")
-    while env.workers or env._requeued:
+    env.runner.pool.launch("x")
+    while env.workers or env.runner.pool.requeued:
         await asyncio.gather(*env.workers, return_exceptions=True)
-        if env._requeued:
+        if env.runner.pool.requeued:
             attempts += 1
-            env._launch_worker(*env._requeued.popleft())
+            env.runner.pool.launch(*env.runner.pool.requeued.popleft())
     assert attempts == 2 and env.items_abandoned == 1
     assert (
         "giving up on item 'x' after 3 attempts (failed in collect_trajectories (ValueError: broken item))"
@@ -179,7 +179,7 @@ async def test_item_order_requeued_first_then_backlog_oldest_first(tiny_model_di
     env.config.batch_size = 8
     env.status_dict = {"current_step": 1, "queue_size": 0, "self_queue_size": 0, "max_group_size": 2}
     env.backlog.extend([101, 102])
-    env._requeued.append((100, 1))
+    env.runner.pool.requeued.append((100, 1))
     env.next_item = 1
     await env.add_train_workers()
     started = sorted(env.running_items.values(), key=lambda e: e["start_time"])
