@@ -27,6 +27,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
@@ -41,6 +42,20 @@ from atroposlib.evals.journal import JOURNAL_NAME, Journal, item_key
 from atroposlib.evals.report import aggregate, headline
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pass:
+    """One evaluation pass over the items: its inputs and what it has gathered so far."""
+
+    journal: Optional[Journal]
+    done: dict[str, list[dict[str, Any]]]  #: journal records of a resumed run, by item key
+    generation: dict[str, Any]
+    semaphore: asyncio.Semaphore
+    progress: Any
+    results: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  #: by item position
+    failed: list[str] = field(default_factory=list)  #: ids of the items that raised
+    reused: int = 0  #: items taken from the journal
 
 
 class EvalConfig(BaseEnvConfig):
@@ -321,93 +336,103 @@ class EvalEnv(BaseEnv):
     async def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
         """Evaluate every item (see the module docstring); returns the metrics."""
         cfg = self.config
-        out_dir = Path(cfg.data_dir_to_save_evals) if cfg.data_dir_to_save_evals else None
-        journal = Journal(out_dir / JOURNAL_NAME) if out_dir else None
-        done: dict[str, list[dict[str, Any]]] = {}
-        if journal is not None:
-            if cfg.resume:
-                done = journal.load()
-            else:
-                journal.reset()
-        generation = self.generation_parameters()
-        model = self.model_name
-        results: dict[int, list[dict[str, Any]]] = {}
-        failed: list[str] = []
-        reused = 0
         self.requests_sent = 0
-        semaphore = asyncio.Semaphore(max(1, cfg.max_eval_workers))
-        progress = self.progress(len(self.items), self.name or type(self).__name__)
-
-        async def run(position: int, item: EvalItem) -> None:
-            nonlocal reused
-            messages = self.messages(item)
-            key = item_key(item.id, messages, generation, model)
-            if key in done:
-                results[position] = done[key]
-                reused += 1
-                progress.update(1)
-                return
-            try:
-                async with semaphore:
-                    replies = await self._ask(item, messages)
-                scores = [await self._scored(item, reply) for reply in replies]
-            except (ServerUnavailableError, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                logger.error("%s: item %s failed: %s", self.name, item.id, exc)
-                failed.append(item.id)
-                progress.update(1)
-                return
-            records = [
-                self.sample_record(item, messages, i, r, s)
-                for i, (r, s) in enumerate(zip(replies, scores, strict=True))
-            ]
-            if cfg.full_debug:
-                for record in records:
-                    logger.info("%s: %s gold=%s extracted=%s score=%s", self.name, item.id, item.gold,
-                                record["extracted"], record["score"])  # fmt: skip
-            if journal is not None:
-                journal.append(key, records)
-            results[position] = records
-            progress.update(1)
-
+        run = _Pass(
+            *self._open_journal(),
+            generation=self.generation_parameters(),
+            semaphore=asyncio.Semaphore(max(1, cfg.max_eval_workers)),
+            progress=self.progress(len(self.items), self.name or type(self).__name__),
+        )
         start = time.time()
         try:
-            await asyncio.gather(*(run(i, item) for i, item in enumerate(self.items)))
+            await asyncio.gather(*(self._evaluate_item(run, i, item) for i, item in enumerate(self.items)))
         finally:
-            progress.close()
-            if journal is not None:
-                journal.close()
+            run.progress.close()
+            if run.journal is not None:
+                run.journal.close()
         end = time.time()
-        if not results:
-            raise RuntimeError(f"{self.name}: every one of {len(self.items)} items failed")
-        samples = [record for position in sorted(results) for record in results[position]]
-        metrics, subtasks = aggregate(samples, self.metric, self.breakdowns, self.num_samples)
-        metrics.update(self.extra_metrics(samples))
-        if failed:
-            metrics["eval/failed_items"] = len(failed)
-            logger.warning(
-                "%s: %d of %d items failed and are not counted", self.name, len(failed), len(self.items)
-            )
-        self.reused_items = reused
-        if reused:
-            logger.info("%s: %d items reused from %s", self.name, reused, journal.path if journal else "")
-        self.last_metrics, self.last_subtasks = metrics, subtasks
-        self._wandb_metrics = dict(metrics)
+        samples, metrics, subtasks = self._pass_metrics(run)
         if self.print_summary:
             print(self.summary(metrics), flush=True)
         await self.evaluate_log(
             metrics,
             task_name=self.name,
-            model_name=model,
+            model_name=self.model_name,
             start_time=start,
             end_time=end,
-            generation_parameters={**generation, "thinking_mode": cfg.thinking_mode},
+            generation_parameters={**run.generation, "thinking_mode": cfg.thinking_mode},
             samples=samples,
             verbose=False,
             subtasks=subtasks,
         )
         return metrics
+
+    def _open_journal(self) -> tuple[Optional[Journal], dict[str, list[dict[str, Any]]]]:
+        """The journal under ``data_dir_to_save_evals`` (None without one) and, with ``resume``, the
+        records it already holds by item key; without ``resume`` the journal starts empty."""
+        cfg = self.config
+        if not cfg.data_dir_to_save_evals:
+            return None, {}
+        journal = Journal(Path(cfg.data_dir_to_save_evals) / JOURNAL_NAME)
+        if cfg.resume:
+            return journal, journal.load()
+        journal.reset()
+        return journal, {}
+
+    async def _evaluate_item(self, run: _Pass, position: int, item: EvalItem) -> None:
+        """Score one item (or reuse its journal records) into ``run``; a failing item is counted, not
+        raised, except when the server is unavailable or the run is cancelled."""
+        messages = self.messages(item)
+        key = item_key(item.id, messages, run.generation, self.model_name)
+        if key in run.done:
+            run.results[position] = run.done[key]
+            run.reused += 1
+            run.progress.update(1)
+            return
+        try:
+            async with run.semaphore:
+                replies = await self._ask(item, messages)
+            scores = [await self._scored(item, reply) for reply in replies]
+        except (ServerUnavailableError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            logger.error("%s: item %s failed: %s", self.name, item.id, exc)
+            run.failed.append(item.id)
+            run.progress.update(1)
+            return
+        records = [
+            self.sample_record(item, messages, i, r, s)
+            for i, (r, s) in enumerate(zip(replies, scores, strict=True))
+        ]
+        if self.config.full_debug:
+            for record in records:
+                logger.info("%s: %s gold=%s extracted=%s score=%s", self.name, item.id, item.gold,
+                            record["extracted"], record["score"])  # fmt: skip
+        if run.journal is not None:
+            run.journal.append(key, records)
+        run.results[position] = records
+        run.progress.update(1)
+
+    def _pass_metrics(self, run: _Pass) -> tuple[list[dict[str, Any]], dict[str, float], dict[str, Any]]:
+        """``(samples in item order, metrics, subtasks)`` of a finished pass, also kept as the
+        environment's last metrics. Raises RuntimeError when every item failed."""
+        if not run.results:
+            raise RuntimeError(f"{self.name}: every one of {len(self.items)} items failed")
+        samples = [record for position in sorted(run.results) for record in run.results[position]]
+        metrics, subtasks = aggregate(samples, self.metric, self.breakdowns, self.num_samples)
+        metrics.update(self.extra_metrics(samples))
+        if run.failed:
+            metrics["eval/failed_items"] = len(run.failed)
+            logger.warning(
+                "%s: %d of %d items failed and are not counted", self.name, len(run.failed), len(self.items)
+            )
+        self.reused_items = run.reused
+        if run.reused:
+            where = run.journal.path if run.journal else ""
+            logger.info("%s: %d items reused from %s", self.name, run.reused, where)
+        self.last_metrics, self.last_subtasks = metrics, subtasks
+        self._wandb_metrics = dict(metrics)
+        return samples, metrics, subtasks
 
     def summary(self, metrics: dict[str, float]) -> str:
         """The table printed after an evaluation: the headline metrics, then one line per breakdown value."""
