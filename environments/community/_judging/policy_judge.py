@@ -13,7 +13,9 @@ and ``train/judge_failure_rate``.
 
 :func:`round_robin` compares every pair of a group's replies in both orders (``Judge.compare``) and gives each
 reply the mean of its readable comparison scores (1 win, 0.5 tie, 0 loss); :func:`preferred_first` reads a
-judge's ``\\boxed{A}`` / ``\\boxed{B}``.
+judge's ``\\boxed{A}`` / ``\\boxed{B}``; :func:`fill_unreadable` gives a reply whose grade could not be read
+its group's mean, so it carries no advantage; :class:`JudgedEvaluation` evaluates with unreadable verdicts
+left out of the means.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import asyncio
 import itertools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from pydantic import Field
@@ -142,6 +144,60 @@ async def round_robin(
     )
 
 
+@dataclass(frozen=True)
+class EvalGrade:
+    """The grade of one evaluation reply: its ``score`` (None: the judge's verdict could not be read),
+    judgements ``asked`` and ``failed``, and ``fields`` written with the sample."""
+
+    score: Optional[float]
+    asked: int = 0
+    failed: int = 0
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+class JudgedEvaluation:
+    """Evaluation of a judged :class:`~atroposlib.envs.single_turn.SingleTurnEnv` (listed before it): each
+    reply is graded by the environment's ``async eval_grade(reply, item) -> EvalGrade``. A reply without a
+    score is left out of ``eval/percent_correct`` and ``eval/mean_score`` (never a win or a loss) and counted
+    in ``eval/unscored``; ``eval/judge_failures`` and ``eval/judge_failure_rate`` count the judgements."""
+
+    async def eval_grade(self, reply: str, item: Any) -> EvalGrade:
+        """The grade of the evaluation ``reply`` to ``item``."""
+        raise NotImplementedError
+
+    async def _eval_one(self, item: Any, sem: asyncio.Semaphore) -> dict[str, Any]:
+        messages, reply = await self.sample_eval_reply(item, sem)
+        grade = await self.eval_grade(reply, item)
+        return {
+            "messages": [*messages, {"role": "assistant", "content": reply}],
+            **self.eval_sample_fields(item),
+            **grade.fields,
+            "score": grade.score,
+            "correct": grade.score is not None and grade.score >= self.correct_threshold,
+            "judges_asked": grade.asked,
+            "judge_failures": grade.failed,
+        }
+
+    def evaluation_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
+        scored = [s for s in samples if s["score"] is not None]
+        counts = failure_metrics([s["judge_failures"] for s in samples], [s["judges_asked"] for s in samples])
+        return {
+            "eval/percent_correct": sum(1.0 for s in scored if s["correct"]) / len(scored) if scored else 0.0,
+            "eval/mean_score": sum(s["score"] for s in scored) / len(scored) if scored else 0.0,
+            "eval/unscored": float(len(samples) - len(scored)),
+            **{f"eval/{key}": value for key, value in counts.items()},
+            **self.extra_eval_metrics(scored),
+        }
+
+
+def fill_unreadable(scores: Sequence[Optional[float]]) -> list[float]:
+    """``scores`` with each None (a reply the judge's verdict on could not be read) replaced by the mean of
+    the group's other scores, so it carries no advantage in its group (0.0 when every score is None)."""
+    readable = [s for s in scores if s is not None]
+    neutral = sum(readable) / len(readable) if readable else 0.0
+    return [neutral if s is None else s for s in scores]
+
+
 def shows_judge_markers(reply: str, markers: Sequence[str]) -> bool:
     """Whether ``reply`` writes any of the judge template's section markers (an attempt to rewrite the
     judge's prompt), ignoring case."""
@@ -150,10 +206,13 @@ def shows_judge_markers(reply: str, markers: Sequence[str]) -> bool:
 
 
 __all__: list[Any] = [
+    "EvalGrade",
+    "JudgedEvaluation",
     "JudgeTally",
     "PolicyJudgeMixin",
     "PolicyJudgeSettings",
     "RoundRobin",
+    "fill_unreadable",
     "preferred_first",
     "round_robin",
     "shows_judge_markers",

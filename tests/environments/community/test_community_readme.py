@@ -72,6 +72,8 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_env_solitaire")._responder()
     if folder == "goofy_math":
         return _test_module("test_goofy_math")._readme_responder
+    if folder == "humor_generation":
+        return _test_module("test_humor_generation")._readme_responder
     if folder == "word_hunt":
         hunt = _test_module("test_env_word_hunt")
         return hunt._responder(hunt.Dictionary.load(hunt.DEFAULT_DICTIONARY, 3, 16))
