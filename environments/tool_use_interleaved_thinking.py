@@ -127,6 +127,34 @@ def _open_call(text: str) -> bool:
     return text.count(CALL_OPEN) > text.count(CALL_CLOSE)
 
 
+@dataclass
+class _Continuation:
+    """One assistant turn being continued around its tool calls."""
+
+    text: str  #: the prompt and everything generated or inserted so far
+    turns: list[EpisodeTurn] = field(default_factory=list)
+    #: (text, the model's, finish) of every piece, for text-only endpoints
+    segments: list[tuple[str, bool, str]] = field(default_factory=list)
+    node: Any = None  #: the tracked sequence (token-tracking endpoints)
+    generated: int = 0  #: tokens the model generated in this turn
+    text_only: bool = False
+    end_reason: Optional[str] = None
+
+
+def _stop_reason(session: InterleavedSession, finish: str, ended: bool, max_tool_calls: int) -> Optional[str]:
+    """Why the turn ends after the latest piece, or None when a tool call is to be answered."""
+    if finish == "length":
+        return END_LENGTH
+    if ended or not (_open_call(session.reply) or session.reply.endswith(CALL_CLOSE)):
+        return END_DONE  # the model ended its turn (an unclosed call is not run)
+    if not session.thinking():
+        session.call_after_thinking = True
+        return END_DONE
+    if session.calls >= max_tool_calls:
+        return END_TURN_LIMIT
+    return None
+
+
 class InterleavedThinkingEnv(PythonMathToolUseEnv):
     """Math problems solved with tool calls inside the reasoning (see the module docstring)."""
 
@@ -173,88 +201,95 @@ class InterleavedThinkingEnv(PythonMathToolUseEnv):
             turns[-1].end += 1
         return Episode(messages, tokens, masks, [], turns, end_reason)
 
+    def _sampling(self, evaluation: bool) -> dict[str, Any]:
+        cfg = self.config
+        if evaluation:
+            return {"temperature": cfg.eval_temperature, "split": "eval"}
+        return {"temperature": cfg.temperature, "top_p": cfg.top_p}
+
     async def play(
         self, item: ToolUseItem, *, evaluation: bool = False
     ) -> Optional[tuple[InterleavedSession, Episode]]:
         """Play one episode: one assistant turn continued around its tool calls."""
         session = await self.new_session(item, evaluation=evaluation)
         cfg = self.config
-        sampling: dict[str, Any] = {"temperature": cfg.temperature, "top_p": cfg.top_p}
-        if evaluation:
-            sampling = {"temperature": cfg.eval_temperature, "split": "eval"}
+        sampling = self._sampling(evaluation)
         prompt = self.tokenizer.apply_chat_template(
             session.messages, tokenize=False, add_generation_prompt=True
         )
-        text = prompt
-        turns: list[EpisodeTurn] = []
-        segments: list[tuple[str, bool, str]] = []  # (text, the model's, finish) for text-only endpoints
-        end_reason, node, generated, text_only = END_TURN_LIMIT, None, 0, False
-        stop_ids = {self.tokenizer.eos_token_id, getattr(self.tokenizer, "pad_token_id", None)}
+        run = _Continuation(text=prompt)
         try:
             async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
                 while True:
-                    budget = cfg.max_tokens_per_turn - generated
+                    budget = cfg.max_tokens_per_turn - run.generated
                     room = cfg.max_token_length - (
-                        len(node.tokens) if node else len(self._encode(text, True))
+                        len(run.node.tokens) if run.node else len(self._encode(run.text, True))
                     )
                     if min(budget, room) < 1:
-                        end_reason = END_LENGTH if budget < 1 else END_CONTEXT
+                        run.end_reason = END_LENGTH if budget < 1 else END_CONTEXT
                         break
                     completion = await managed.completion(
-                        prompt=text, n=1, max_tokens=min(budget, room), stop=[CALL_CLOSE], **sampling
+                        prompt=run.text, n=1, max_tokens=min(budget, room), stop=[CALL_CLOSE], **sampling
                     )
                     choice = completion.choices[0]
                     finish = choice.finish_reason or "stop"
-                    nodes = await self._nodes(managed)
-                    text_only = bool(nodes and (nodes[-1].metadata or {}).get("tokens_from_messages"))
-                    if text_only:  # no token ids from the endpoint: tokens are computed at the end
-                        piece, ended = choice.text or "", False
-                        generated += len(self._encode(piece))
-                        segments.append((piece, True, finish))
-                    else:
-                        if len(nodes) != 1:
-                            raise EpisodeTrackingError(f"expected one tracked sequence, found {len(nodes)}")
-                        before = len(node.tokens) if node else 0
-                        node = nodes[0]
-                        trained = sum(1 for m in node.masked_tokens[before:] if m != -100)
-                        start = max(before, len(node.tokens) - trained)
-                        piece = decode_reply(self.tokenizer, node.tokens[start:])
-                        generated += len(node.tokens) - start
-                        ended = node.tokens[-1] in stop_ids
-                        turns.append(EpisodeTurn(piece, finish, 0.0, start, len(node.tokens)))
+                    piece, ended = self._take_piece(
+                        run, await self._nodes(managed), choice.text or "", finish
+                    )
                     session.reply += piece
-                    text += choice.text or ""
-                    if finish == "length":
-                        end_reason = END_LENGTH
-                        break
-                    if ended or not (_open_call(session.reply) or session.reply.endswith(CALL_CLOSE)):
-                        end_reason = END_DONE  # the model ended its turn (an unclosed call is not run)
-                        break
-                    if not session.thinking():
-                        session.call_after_thinking = True
-                        end_reason = END_DONE
-                        break
-                    if session.calls >= cfg.max_tool_calls:
-                        end_reason = END_TURN_LIMIT
+                    run.text += choice.text or ""
+                    run.end_reason = _stop_reason(session, finish, ended, cfg.max_tool_calls)
+                    if run.end_reason is not None:
                         break
                     closing = CALL_CLOSE if _open_call(session.reply) else ""
                     inserted = closing + await session.respond_to_call(closing)
                     session.reply += inserted
-                    text += inserted
-                    segments.append((inserted, False, ""))
+                    run.text += inserted
+                    run.segments.append((inserted, False, ""))
         except EpisodeTrackingError as exc:
             logger.warning("%s: episode left out: %s", self.name, exc)
             return None
+        return self._finished(session, run, prompt)
+
+    def _take_piece(
+        self, run: _Continuation, nodes: list[Any], choice_text: str, finish: str
+    ) -> tuple[str, bool]:
+        """Record the piece the model just generated (``choice_text`` as the endpoint returned it);
+        ``(its text, whether it ended the turn)``."""
+        run.text_only = bool(nodes and (nodes[-1].metadata or {}).get("tokens_from_messages"))
+        if run.text_only:  # no token ids from the endpoint: tokens are computed at the end
+            piece = choice_text
+            run.generated += len(self._encode(piece))
+            run.segments.append((piece, True, finish))
+            return piece, False
+        if len(nodes) != 1:
+            raise EpisodeTrackingError(f"expected one tracked sequence, found {len(nodes)}")
+        before = len(run.node.tokens) if run.node else 0
+        node = run.node = nodes[0]
+        trained = sum(1 for m in node.masked_tokens[before:] if m != -100)
+        start = max(before, len(node.tokens) - trained)
+        piece = decode_reply(self.tokenizer, node.tokens[start:])
+        run.generated += len(node.tokens) - start
+        run.turns.append(EpisodeTurn(piece, finish, 0.0, start, len(node.tokens)))
+        stop_ids = {self.tokenizer.eos_token_id, getattr(self.tokenizer, "pad_token_id", None)}
+        return piece, node.tokens[-1] in stop_ids
+
+    def _finished(
+        self, session: InterleavedSession, run: _Continuation, prompt: str
+    ) -> Optional[tuple[InterleavedSession, Episode]]:
+        """The episode of a finished continuation; None when the server gave no token ids."""
+        end_reason = run.end_reason or END_TURN_LIMIT
         messages = [*session.messages, {"role": "assistant", "content": session.reply}]
-        if text_only:
-            return session, self._episode_from_text(prompt, segments, messages, end_reason)
+        if run.text_only:
+            return session, self._episode_from_text(prompt, run.segments, messages, end_reason)
+        node = run.node
         if node is None:
             return session, Episode(messages, [], [], [], [], end_reason)
         if (node.metadata or {}).get("dummy_tokens"):
             logger.warning("%s: episode left out: the server returns no token ids", self.name)
             return None
         episode = Episode(
-            messages, list(node.tokens), list(node.masked_tokens), list(node.logprobs), turns, end_reason
+            messages, list(node.tokens), list(node.masked_tokens), list(node.logprobs), run.turns, end_reason
         )
         return session, episode
 

@@ -155,6 +155,31 @@ async def _tracked_node(managed: Any) -> Any:
     return node
 
 
+def _reply_start(node: Any) -> int:
+    """Index of the first token of the latest reply: the trailing run of trained (unmasked) tokens."""
+    generated = 0
+    for mask in reversed(node.masked_tokens):
+        if mask == -100:
+            break
+        generated += 1
+    return len(node.tokens) - generated
+
+
+def _reply_text(tokenizer: Any, node: Any, choice: Any, start: int) -> str:
+    """The latest reply as the model wrote it (special-token text kept)."""
+    if (node.metadata or {}).get("tokens_from_messages"):
+        # A text-only endpoint: the tokens are the template's rendering; the reply is its text.
+        return choice.message.content or ""
+    return decode_reply(tokenizer, node.tokens[start:])
+
+
+def _finite_reward(feedback: Feedback, turn: int) -> float:
+    reward = float(feedback.reward)
+    if not math.isfinite(reward):
+        raise ValueError(f"turn {turn}: the session returned a non-finite reward {feedback.reward!r}")
+    return reward
+
+
 async def run_episode(
     server: Any,
     tokenizer: Any,
@@ -201,17 +226,8 @@ async def run_episode(
             completion = await managed.chat_completion(messages=history, n=1, max_tokens=budget, **sampling)
             choice = completion.choices[0]
             node = await _tracked_node(managed)
-            generated = 0
-            for mask in reversed(node.masked_tokens):
-                if mask == -100:
-                    break
-                generated += 1
-            start = len(node.tokens) - generated
-            if (node.metadata or {}).get("tokens_from_messages"):
-                # A text-only endpoint: the tokens are the template's rendering; the reply is its text.
-                reply = choice.message.content or ""
-            else:
-                reply = decode_reply(tokenizer, node.tokens[start:])
+            start = _reply_start(node)
+            reply = _reply_text(tokenizer, node, choice, start)
             history.append({"role": "assistant", "content": choice.message.content or ""})
             record.append({"role": "assistant", "content": reply})
             finish = choice.finish_reason or "stop"
@@ -220,9 +236,7 @@ async def run_episode(
                 end_reason = END_LENGTH
                 break
             feedback = await step(reply, turn)
-            reward = float(feedback.reward)
-            if not math.isfinite(reward):
-                raise ValueError(f"turn {turn}: the session returned a non-finite reward {feedback.reward!r}")
+            reward = _finite_reward(feedback, turn)
             turns.append(EpisodeTurn(reply, finish, reward, start, len(node.tokens), dict(feedback.info)))
             if feedback.done:
                 end_reason = END_DONE
