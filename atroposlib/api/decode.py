@@ -10,8 +10,8 @@ order (missing optionals ``null``): what ``/batch``, ``/latest_example`` and ``/
 return.
 
 When the typed decode fails, the pydantic model of :mod:`atroposlib.api.schemas` decides: it
-phrases the 422 errors, and it accepts lax coercions (compat: the original accepted ``1.0`` or
-``"2"`` for an int), whose values are then checked and stored the same way.
+phrases the 422 errors, and it accepts lax coercions (``1.0`` or ``"2"`` for an int; compat:
+atroposlib 0.4.0 clients send them), whose values are then checked and stored the same way.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def decode_group_list(body: bytes) -> list[Group]:
 
 def _decode_groups(body: bytes, *, many: bool) -> list[Group]:
     """The typed decode of one group (``many=False``) or a list of groups. Where it cannot accept the body
-    (a schema error, or a value that only the original's lax coercions accept), pydantic decides and phrases
+    (a schema error, or a value that only the lax coercions accept), pydantic decides and phrases
     the 422."""
     require_body(body)
     try:
@@ -119,7 +119,7 @@ def decode_model(model: type, body: bytes) -> Any:
 
 
 def _messages_complete(messages: list[list[dict[str, Any]]] | None) -> bool:
-    """Whether every message has ``role`` and ``content`` (compat: the original's rule; pydantic phrases a failure)."""
+    """Whether every message has ``role`` and ``content`` (pydantic phrases a failure)."""
     if messages is None:
         return True
     return all("role" in m and "content" in m for conversation in messages for m in conversation)

@@ -6,7 +6,7 @@ Every request body is read here, before any route sees it:
   and counted while reading (chunked bodies included), so an oversized body is never buffered;
 - a body whose ``Content-Encoding`` contains ``gzip`` is inflated (all gzip members); inflating
   stops at ``max_inflated_bytes`` (413, "gzip bomb"); corrupt or truncated data gets 400
-  text/plain ``Invalid gzip payload`` (compat: the original's answer to a non-gzip body);
+  text/plain ``Invalid gzip payload`` (compat: atroposlib 0.4.0's answer to a non-gzip body);
 - on the routes that take JSON, a ``Content-Type`` that is not JSON gets 415 (a missing one is
   accepted, as FastAPI does).
 

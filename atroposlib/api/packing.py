@@ -188,7 +188,7 @@ def drain_batches(
     batch_size: int,
     mins: Mapping[Hashable, float] | None,
 ) -> list[list[int]]:
-    """Every batch that repeated grabbing forms, as index lists into the original queue.
+    """Every batch that repeated grabbing forms, as index lists into the queue as given.
 
     Equivalent to calling the grabber on the queue, then on the remaining queue, and so on until
     it returns ``None`` (what ``GET /batch`` does). ``mins`` selects the minimum-allocation

@@ -40,7 +40,7 @@ class QueueFull(Exception):
 
 @dataclass
 class EnvRecord:
-    """A registered environment (compat: the field names of the original's env records)."""
+    """A registered environment (compat: the field names of atroposlib 0.4.0's env records)."""
 
     registered_id: int
     max_context_len: int

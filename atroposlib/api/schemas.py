@@ -72,7 +72,7 @@ class _ScoredDataBase(BaseModel):
     @field_validator("messages", mode="before", check_fields=False)
     @classmethod
     def _messages_have_role_and_content(cls, value: Any) -> Any:
-        # compat: checked before type coercion, as the original did: every message of every inner
+        # compat: checked before type coercion, as atroposlib 0.4.0 does: every message of every inner
         # list needs both keys (a membership test, so a string is searched as a substring).
         if value is None:
             return None

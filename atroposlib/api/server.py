@@ -2,13 +2,12 @@
 
 ``app`` is the module-level application that ``run-api`` (and ``uvicorn atroposlib.api:app``)
 serves; :func:`create_app` builds one for a given :class:`~atroposlib.api.config.ApiConfig`. The
-routes live on two module-level routers: :data:`router` (compat: the original's endpoints,
+routes live on two module-level routers: :data:`router` (compat: atroposlib 0.4.0's endpoints,
 paths, fields and status strings) and :data:`additions` (acknowledgement, inspection, health,
 metrics). Behaviour lives in :mod:`atroposlib.api.state`; request bodies are decoded by
 :mod:`atroposlib.api.decode`.
 
-Status codes other than 200 and 422 (compat: the original answered 500 for several of these
-cases):
+Status codes other than 200 and 422:
 
 - 400 ``Invalid gzip payload`` (text/plain) for corrupt or truncated gzip bodies;
 - 401 without the bearer key when one is configured;
@@ -235,7 +234,7 @@ async def status_env(request: Request) -> Response:
 
 @router.get("/reset_data")
 async def reset_data(request: Request) -> Response:
-    """Drop all queued data and the registration (compat: a GET, as in the original)."""
+    """Drop all queued data and the registration (compat: a GET, as in atroposlib 0.4.0)."""
     state = _state(request)
     dropped = len(state.groups)
     state.reset()

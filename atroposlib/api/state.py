@@ -8,9 +8,8 @@ is served.
 The methods are synchronous and must be called from one thread (the event loop): a call never
 interleaves with another, so each request is atomic.
 
-- ``/register`` initialises a server that is not registered; groups that arrived before
-  registration are kept. compat: the original skipped initialisation once scored data had
-  arrived first (see CONFIG.md, "Trajectory API").
+- ``/register`` initialises a server that is not registered, also when groups arrived first;
+  those groups are kept (see CONFIG.md, "Trajectory API").
 - ``/batch`` after ``/reset_data`` answers like ``/batch`` before registration.
 - Served batches are remembered until acknowledged (``/batch/ack``) so ``/batch/replay`` can
   serve them again; only the newest ``max_unacked_batches`` are kept.
@@ -496,8 +495,8 @@ class TrajectoryState:
     def reset(self) -> None:
         """``GET /reset_data``: drop queue, buffers, batches, envs and registration.
 
-        Kept (compat: as the original does): ``max_token_len``, ``checkpoint_dir``,
-        ``save_checkpoint_interval`` and the latest example. Ids are never reused.
+        Kept: ``max_token_len``, ``checkpoint_dir``, ``save_checkpoint_interval`` and the latest
+        example (compat: atroposlib 0.4.0 keeps them too). Ids are never reused.
         """
         old = self.meta
         with self._transaction() as tx:

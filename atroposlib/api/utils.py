@@ -2,7 +2,7 @@
 
 Every function takes groups as dicts; a group's size is ``len(group["tokens"])`` (its number of
 sequences). The grabbers return ``(batch, new_queue)``: on success the batch (a list of groups)
-and the queue without the chosen groups, in their original order; on failure ``(None, queue)``
+and the queue without the chosen groups, in queue order; on failure ``(None, queue)``
 with the queue unchanged. The index-level implementations live in
 :mod:`atroposlib.api.packing`.
 """

@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.tasks_per_step = 8  # the original registered batch_size = group_size * 8
+    # compat: --register asks for batch_size = group_size * 8, as atropos-dpo-gen 0.4.0 did.
+    args.tasks_per_step = 8
 
     def to_records(record: GroupRecord, view: GroupView, rng: random.Random) -> list[dict]:
         scores = record.group["scores"]

@@ -1,9 +1,9 @@
 """``atropos-sft-gen``: rejection-sampled SFT data from scored groups.
 
 Reads a live run without disturbing it (``GET /inspect/recent``), or ``process`` JSONL files
-(``--input``), or takes batches like the original tool (``--consume``). Keeps the best sequences of
+(``--input``), or takes batches from the trainer's queue (``--consume``). Keeps the best sequences of
 each group (see :func:`~atroposlib.cli._tooling.selection.select_sft`) and writes one JSON line per
-kept sequence in the original layout (``--format atropos``) or TRL's (``--format trl``).
+kept sequence in the ``atropos`` layout (``--format atropos``) or TRL's (``--format trl``).
 """
 
 from __future__ import annotations

@@ -78,7 +78,9 @@ def build_parser(
         help="add a 'Grab Next Batch' button that takes batches with GET /batch (the trainer will NOT get them)",
     )
     parser.add_argument(
-        "--register", action="store_true", help="with --consume: POST /register like the original"
+        "--register",
+        action="store_true",
+        help="with --consume: POST /register first (for a run without a trainer)",
     )
     parser.add_argument("--reset", action="store_true", help="call GET /reset_data at start (wipes the run)")
     parser.add_argument(

@@ -3,8 +3,8 @@
 Where the judge runs: ``--judge.base_url``, ``--judge.model_name``, ``--judge.api_key``,
 ``--judge.server_type`` ... (a ``judge:`` section of the ``--config`` YAML), as the RLAIF environment
 takes them. Without those flags the benchmark's own ``judge_base_url`` / ``judge_model_name`` fields
-are used, with the API key read from the environment variable named by ``judge_api_key_env`` (the
-original evaluations' settings; :class:`JudgeSettings`). :class:`JudgedEnvMixin` wires this into an
+are used, with the API key read from the environment variable named by ``judge_api_key_env``
+(:class:`JudgeSettings`). :class:`JudgedEnvMixin` wires this into an
 environment class.
 
 What the judge returns: :meth:`Judge.grade` asks once and parses the reply with a benchmark's parser;
@@ -47,10 +47,10 @@ class JudgeError(RuntimeError):
 
 
 class JudgeSettings(BaseModel):
-    """The judge fields of a judged benchmark's config (the original evaluations' names).
+    """The judge fields of a judged benchmark's config (compat: atroposlib 0.4.0's field names).
 
-    Benchmarks override the defaults (their original judge). ``--judge.*`` flags, when given, replace
-    ``judge_base_url``, ``judge_model_name`` and the key.
+    Benchmarks override the defaults with the judge their scores are calibrated for. ``--judge.*``
+    flags, when given, replace ``judge_base_url``, ``judge_model_name`` and the key.
     """
 
     judge_model_name: str = Field("gpt-4o", description="model name sent to the judge server")

@@ -23,7 +23,7 @@ of a MATH solution), :func:`gold_latex` (a plain answer; numbers from numeric co
 
 :class:`MathEval` is the base of the math benchmarks of ``environments/eval_environments/`` (gsm8k, MATH-500,
 MATH, AIME, AIMO, OlympiadBench): a row gives a problem, a gold answer, breakdown groups and sample fields;
-the prompt is the benchmark's template with the original's answer instruction; a reply scores 1 when
+the prompt is the benchmark's template with a boxed-answer instruction; a reply scores 1 when
 :class:`MathScorer` finds it correct. Besides the core's metrics it reports ``eval/hedge_rate`` and
 ``eval/unclosed_think_rate`` (shares of replies), and every sample keeps the verdict's reason as ``method``.
 """
@@ -169,7 +169,7 @@ class MathScorer:
 
 # ------------------------------------------------------------------------------------- the benchmarks
 
-#: The original's answer instructions (lighteval's AIME prompt, which math_verify reads well).
+#: The answer instructions (lighteval's AIME prompt, which math_verify reads well).
 HOPE_INSTRUCTION = (
     "The last line of your response should be of the following format: "
     "'Therefore, the final answer is: $\\boxed{ANSWER}$. I hope it is correct' "
@@ -181,12 +181,13 @@ BOXED_INSTRUCTION = (
 
 
 def math_answer_instruction(include_hope: bool = True) -> str:
-    """The answer instruction of the original's math prompts (``include_hope_suffix``)."""
+    """The answer instruction of the math prompts: the "I hope it is correct" form when ``include_hope``
+    (the configs' ``include_hope_suffix``), else the plain boxed one."""
     return HOPE_INSTRUCTION if include_hope else BOXED_INSTRUCTION
 
 
 class MathEvalConfig(EvalConfig):
-    """Settings the math benchmarks share (the original's names)."""
+    """Settings the math benchmarks share (compat: atroposlib 0.4.0's field names)."""
 
     shuffle_seed: Optional[int] = Field(
         default=42, description="Seed of the item order (matters with eval_limit); None keeps the data order."

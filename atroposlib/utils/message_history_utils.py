@@ -156,7 +156,7 @@ def ensure_trajectory_token_limit(
     the first one are removed from all alternatives uniformly (environment+agent pairs when possible,
     always keeping the first message and the final observation/reply) and the changed alternatives are
     re-tokenised with :func:`tokenize_for_trainer`, until the step fits. The rebuilt step keeps every other
-    field of the original (``scores``, ``seed``, ``parsed_actions``, ``overrides``, ...); per-token fields
+    field of the input step (``scores``, ``seed``, ``parsed_actions``, ``overrides``, ...); per-token fields
     such as ``inference_logprobs`` are realigned to the new tokens.
 
     A step is dropped only when it cannot be made to fit (no tokens, no messages to truncate, nothing left

@@ -24,7 +24,7 @@ API_KEY_ENV = "ATROPOS_API_KEY"
 
 
 class EndpointMissing(ToolError):
-    """The server answered 404 for an endpoint (e.g. an original 0.4.0 API without ``/inspect``)."""
+    """The server answered 404 for an endpoint (e.g. an atroposlib 0.4.0 API without ``/inspect``)."""
 
 
 class Unreachable(ToolError):
@@ -179,7 +179,7 @@ class ApiClient:
         save_checkpoint_interval: int = 10,
         starting_step: int = 0,
     ) -> dict[str, Any]:
-        """``POST /register`` with the original tools' payload. Only for ``--register``."""
+        """``POST /register`` as a trainer would, with these sizes. Only for ``--register``."""
         payload = {
             "wandb_group": wandb_group,
             "wandb_project": wandb_project,
@@ -204,7 +204,7 @@ class ApiClient:
         if data.get("status") == "error":
             raise TrainerNotRegistered(
                 f"GET /batch: {data.get('message', 'error')} "
-                "(start the trainer first, or pass --register to register like the original tool)"
+                "(start the trainer first, or pass --register to register in its place)"
             )
         batch = data.get("batch")
         batch_id = data.get("batch_id")

@@ -52,7 +52,7 @@ GroupToRecords = Callable[[GroupRecord, GroupView, random.Random], list[dict[str
 
 
 def add_dataset_arguments(parser: argparse.ArgumentParser, *, default_min_diff: float) -> None:
-    """The flags both generators share (the original's names and defaults, plus the new ones)."""
+    """The flags both generators share (compat: atroposlib 0.4.0's flag names and defaults are kept)."""
     parser.add_argument("--api-url", default=DEFAULT_API_URL, help="trajectory API to read from")
     add_api_key_argument(parser)
     add_register_size_arguments(parser)
@@ -82,7 +82,7 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, *, default_min_diff: 
         "--format",
         choices=FORMATS,
         default="atropos",
-        help="'atropos': the original record layout; 'trl': the layout TRL's trainers read",
+        help="'atropos': prefix/completion (or messages) with the score; 'trl': the layout TRL's trainers read",
     )
     parser.add_argument(
         "--seed", type=int, default=None, help="seed for random choices (deterministic output)"
@@ -94,12 +94,12 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, *, default_min_diff: 
     src.add_argument(
         "--consume",
         action="store_true",
-        help="take batches with GET /batch like the original tool (the trainer will NOT get them)",
+        help="take batches with GET /batch (the trainer will NOT get them)",
     )
     src.add_argument(
         "--register",
         action="store_true",
-        help="with --consume: POST /register like the original tool (for a run without a trainer)",
+        help="with --consume: POST /register first (for a run without a trainer)",
     )
     src.add_argument(
         "--reset",
@@ -116,7 +116,7 @@ def add_dataset_arguments(parser: argparse.ArgumentParser, *, default_min_diff: 
         "--idle-timeout",
         type=float,
         default=0.0,
-        help="stop after this many seconds without new groups (0: wait forever, like the original)",
+        help="stop after this many seconds without new groups (0: wait forever)",
     )
 
 

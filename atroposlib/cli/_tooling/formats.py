@@ -1,6 +1,7 @@
 """Record layouts written by ``atropos-sft-gen`` and ``atropos-dpo-gen``.
 
-``atropos`` is the original tools' layout; ``trl`` is what TRL's ``SFTTrainer`` (``messages`` or
+``atropos`` keeps the text (``prefix``/``completion``, or ``messages``) with its ``score`` (compat:
+atroposlib 0.4.0's layout); ``trl`` is what TRL's ``SFTTrainer`` (``messages`` or
 ``prompt``/``completion``) and ``DPOTrainer`` (``prompt``/``chosen``/``rejected``) read.
 """
 

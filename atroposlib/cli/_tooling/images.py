@@ -98,7 +98,7 @@ def group_images(group: dict[str, Any], prompt_text: str = "") -> list[Any]:
 
 
 def text_prompt(prefix: str) -> str:
-    """The human text of a multimodal prompt, as the original viewer extracted it.
+    """The human text of a multimodal prompt.
 
     If the prompt is a serialised content list, the first ``"text": "..."`` value; else the text after
     an ``[Image]`` marker; else the whole prompt. Inline data URIs are shortened for display.

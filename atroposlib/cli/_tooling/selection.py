@@ -1,8 +1,7 @@
 """Rejection sampling over one group's scores: which sequences become SFT records or DPO pairs.
 
 Both functions work on indices so the caller decides what a sequence's text is (decoded tokens or
-messages). The semantics are those of the original ``atropos-sft-gen`` / ``atropos-dpo-gen``:
-stable descending sort by score, ``score > 0`` unless negatives are allowed (zero is dropped
+messages). The rules: stable descending sort by score, ``score > 0`` unless negatives are allowed (zero is dropped
 too), and a strict score-difference threshold.
 """
 
@@ -21,7 +20,7 @@ def select_sft(
 ) -> list[int]:
     """Indices of the sequences to keep as SFT records, best score first.
 
-    1. Sort by score, descending; ties keep their original order.
+    1. Sort by score, descending; ties keep their group order.
     2. Unless ``allow_negative_scores``, keep only ``score > 0``.
     3. If ``min_score_diff > 0``, keep only ``score - min(scores) > min_score_diff`` (minimum over
        the whole group, before filtering).
@@ -48,15 +47,15 @@ def select_dpo_pairs(
 ) -> list[tuple[int, int]]:
     """``[(chosen_index, rejected_index), ...]`` for one group, at most ``n_pairs``.
 
-    * Positives: all sequences by score descending (ties in original order), filtered to
+    * Positives: all sequences by score descending (ties in group order), filtered to
       ``score > 0`` unless ``allow_negative_scores``.
     * Negative pool: the ``n_pairs`` lowest-scoring sequences (ascending; never filtered).
     * For each of the first ``n_pairs`` positives, the candidates are the pool entries with
       ``score < positive_score - min_score_diff`` (strict) other than the positive itself; one is
       drawn with ``rng.choice`` and removed from the pool. Positives without a candidate are skipped.
 
-    A sequence may be chosen in one pair and rejected in another, as in the original; unlike the
-    original it is never paired with itself (possible there with a negative threshold).
+    A sequence may be chosen in one pair and rejected in another, but is never paired with itself
+    (even with a negative threshold).
     """
     if not scores or n_pairs <= 0:
         return []

@@ -7,8 +7,8 @@
   deduplicated by the server's ``seq`` number.
 * :class:`LatestExamplePoller` is the read-only fallback for servers without ``/inspect``
   (atroposlib 0.4.0): it follows ``GET /latest_example``.
-* :class:`BatchConsumer` takes batches with ``GET /batch`` like the original tools. This steals them
-  from the trainer, so tools use it only with ``--consume``.
+* :class:`BatchConsumer` takes batches with ``GET /batch``. This steals them from the trainer, so
+  tools use it only with ``--consume``.
 """
 
 from __future__ import annotations
@@ -269,7 +269,7 @@ class LatestExamplePoller:
 
 
 class BatchConsumer:
-    """Takes batches with ``GET /batch`` (the original tools' way; the trainer will not see them).
+    """Takes batches with ``GET /batch`` (the trainer will not see them).
 
     Each batch is acknowledged (``POST /batch/ack``) once the caller calls :meth:`done`, so the API
     does not replay it to the trainer later.

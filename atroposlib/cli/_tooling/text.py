@@ -1,8 +1,7 @@
 """Turning a group's tokens or messages into a shared prompt and per-sequence completions.
 
-The original tools split decoded texts on their longest common character prefix with
-``str.split``, which raised on an empty prefix and truncated completions that repeated the prefix.
-Here the completion is simply everything after the prefix, and the prefix never reaches past the
+The prompt is the decoded texts' longest common character prefix and a completion is everything
+after it (a completion that repeats the prefix is kept whole). The prefix never reaches past the
 prompt part of any sequence (the leading positions whose mask is ``-100``), so identical or
 single-sequence groups still get a non-empty completion.
 """
@@ -97,7 +96,7 @@ def load_tokenizer(name: str | None, *, required: bool, local_files_only: bool =
 
 
 def decode(tokenizer: Any, ids: Sequence[int]) -> str:
-    """Decode ``ids`` keeping special tokens (as the original viewers did)."""
+    """Decode ``ids`` keeping special tokens (the viewers show them)."""
     return tokenizer.decode(list(ids), skip_special_tokens=False)
 
 

@@ -19,8 +19,8 @@ from atroposlib.envs.server_handling.errors import BackendHTTPError, BackendProt
 def root_url(base_url: str | None) -> str:
     """The server root for an OpenAI-style base URL: ``http://h:p/v1`` -> ``http://h:p``.
 
-    Only a trailing ``/v1`` path segment is removed (the original removed every ``/v1``
-    substring, which broke hosts or paths that contain it).
+    Only a trailing ``/v1`` path segment is removed; hosts and other path parts that contain
+    ``v1`` are kept.
     """
     url = (base_url or "").rstrip("/")
     if url.endswith("/v1"):

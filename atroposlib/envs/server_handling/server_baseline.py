@@ -4,8 +4,8 @@
   :class:`ReasoningConfig` - the thinking/reasoning settings sent with each request.
 * :class:`APIServer` - one inference server: requests are bounded by a weighted semaphore
   (:class:`~atroposlib.envs.server_handling.weighted_semaphore.AsyncSemWithAdaptiveWeight`), retried at most
-  ``APIServer.max_attempts`` times (default 3) and only on transient failures (the caller gets the original
-  exception). While a server is unhealthy, requests wait for it to recover for at most ``config.timeout``
+  ``APIServer.max_attempts`` times (default 3) and only on transient failures (the caller gets the exception
+  that was raised, unwrapped). While a server is unhealthy, requests wait for it to recover for at most ``config.timeout``
   seconds (or ``unavailable_grace`` seconds after it stopped answering, when set), then fail with
   :class:`ServerUnavailableError`; health checks use cheap endpoints. The wait is logged when it starts and
   every ``unhealthy_report_interval`` seconds (server, how long, last error, what to check). Metric buffers

@@ -151,7 +151,7 @@ class ToolCallTranslator:
         return content, calls, "tool_calls"
 
     def reconstruct_raw_text_from_tool_calls(self, tool_calls: list[dict]) -> str:
-        """The raw text for OpenAI-format ``tool_calls``: the remembered original when the first id
+        """The raw text for OpenAI-format ``tool_calls``: the remembered model text when the first id
         is known, else one ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` per call."""
         if not tool_calls:
             return ""

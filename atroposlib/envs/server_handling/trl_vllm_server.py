@@ -27,7 +27,7 @@ from atroposlib.envs.server_handling.server_baseline import (
 )
 from atroposlib.envs.server_handling.tokenizer_util import ConfigTokenizerMixin
 
-#: Defaults TRL's server applies when a parameter is absent (sent explicitly, as the original did).
+#: Defaults TRL's server applies when a parameter is absent (sent explicitly in every request).
 TRL_DEFAULTS: dict[str, Any] = {
     "n": 1,
     "repetition_penalty": 1.0,

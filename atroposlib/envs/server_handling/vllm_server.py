@@ -4,7 +4,7 @@ Chat and text completions use vLLM's OpenAI routes. Token-level calls
 (``tokens_and_logprobs_completion``, ``get_logprobs``, hence ``ManagedServer``) work against both
 kinds of vLLM server:
 
-* the trainer's server (``example_trainer.inference.vllm_api_server``) through the original's ``POST
+* the trainer's server (``example_trainer.inference.vllm_api_server``) through its ``POST
   /generate`` contract: ``{"prompt": {"prompt_token_ids": ids}, "logprobs": 0, ...sampling params}``
   answered by ``{"logprobs": [[[{id: lp}], ...] per choice], "finish_reasons": [...], ...}``;
 * a plain ``vllm serve`` OpenAI server (no ``/generate``) through ``POST /v1/completions`` with the
