@@ -74,6 +74,10 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_goofy_math")._readme_responder
     if folder == "humor_generation":
         return _test_module("test_humor_generation")._readme_responder
+    if folder == "helpful_doctors":
+        return _test_module("test_helpful_doctors").doctor_and_patient()
+    if folder == "philosophical_rlaif_env.py":
+        return _test_module("test_philosophical_rlaif")._readme_responder
     if folder == "word_hunt":
         hunt = _test_module("test_env_word_hunt")
         return hunt._responder(hunt.Dictionary.load(hunt.DEFAULT_DICTIONARY, 3, 16))
@@ -88,6 +92,7 @@ def test_every_original_environment_has_one_row():
     shipped = {p.name for p in COMMUNITY.iterdir() if p.is_dir() and not p.name.startswith("_")} - {
         "__pycache__"
     }
+    shipped |= {p.name for p in COMMUNITY.glob("*.py") if p.name != "__init__.py"}  # single-file originals
     commands = {shlex.split(c)[1].split("/")[2] for c in readme_commands()}
     assert shipped == commands and all(shlex.split(c)[2] == "process" for c in readme_commands())
 
