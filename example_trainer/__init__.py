@@ -28,7 +28,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from example_trainer.grpo import loop as trainers
+        from example_trainer.grpo import modes as trainers
 
         return getattr(trainers, name)
     raise AttributeError(f"module 'example_trainer' has no attribute {name!r}")

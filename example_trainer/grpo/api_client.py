@@ -1,6 +1,6 @@
 """Talking to the Atropos trajectory API (``run-api``).
 
-The original client's protocol (poll ``/info``, ``POST /register``, loop on ``GET /batch``), plus:
+The protocol: poll ``/info``, ``POST /register``, loop on ``GET /batch``; with
 
 * a bearer token from ``--api-key`` / ``$ATROPOS_API_KEY`` on every request;
 * bounded retries (tenacity, exponential backoff) with a clear :class:`AtroposApiError` at the end;
@@ -234,12 +234,13 @@ class AtroposClient:
 
 
 def registration_payload(config: TrainingConfig, starting_step: int = 0) -> dict[str, Any]:
-    """The ``/register`` body: the original's fields (``batch_size`` = micro-batch × accumulation steps), and
+    """The ``/register`` body: ``batch_size`` = the trainer batch (``micro_batch_size`` × accumulation steps),
+    the other registration fields, and
     ``max_staleness`` when set (the API serves it to environments in ``/info``)."""
     return {
         "wandb_group": config.wandb_group or "",
         "wandb_project": config.wandb_project or "",
-        "batch_size": config.api_batch_size,
+        "batch_size": config.trainer_batch_size,
         "max_token_len": config.seq_len,
         "checkpoint_dir": config.save_path,
         "save_checkpoint_interval": (
@@ -251,7 +252,7 @@ def registration_payload(config: TrainingConfig, starting_step: int = 0) -> dict
     }
 
 
-# --- the original module-level functions -------------------------------------------------------------
+# --- compat: module-level functions -----------------------------------------------------------------
 
 
 def check_atropos_api(

@@ -1,8 +1,9 @@
 """Command line of the trainer: argparse groups mapping one-to-one onto :class:`TrainingConfig` fields.
 
 Every flag's ``dest`` is the config field name, and its default is read from the config model, so the
-two can never disagree. Flags of the original trainer keep their names (``--model``/``--model-name``,
-``--gpu-memory-utilization``/``--vllm-gpu-memory-utilization``, ...).
+two can never disagree. A few settings have a second flag for the same field (``--model``/``--model-name``,
+``--gpu-memory-utilization``/``--vllm-gpu-memory-utilization``, ``--batch-size`` for
+``--micro-batch-size``, ``--vllm-restart-interval`` for ``--refresh-interval``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import PydanticUndefined
 
-from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.config import OLDER_NAMES, TrainingConfig
 
 #: Fields whose default is computed at run time (shown as "auto" in --help, never as a value).
 _RUNTIME_DEFAULTS = {"device", "api_key"}
@@ -49,11 +50,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = parser.add_argument_group("model")
     _add(g, "model_name", "--model", "--model-name", required=True)
+    _training_flags(parser.add_argument_group("training"))
+    _loss_flags(parser)
+    _inference_flags(parser)
+    _distributed_flags(parser)
+    _service_flags(parser)
+    return parser
 
-    g = parser.add_argument_group("training")
+
+def _training_flags(g: argparse._ArgumentGroup) -> None:
+    """Optimizer, batch shape, device, checkpoints."""
     _add(g, "lr", type=float)
     _add(g, "training_steps", type=int)
-    _add(g, "batch_size", type=int)
+    _add(
+        g,
+        "micro_batch_size",
+        "--micro-batch-size",
+        "--batch-size",
+        type=int,
+        help="sequences per forward/backward pass (one micro-batch); --batch-size is another name for "
+        "this same setting",
+    )
     _add(g, "seq_len", type=int)
     _add(g, "gradient_accumulation_steps", type=int)
     _add(g, "warmup_steps", type=int)
@@ -79,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="resume from the newest checkpoint under --save-path (or from the given checkpoint directory)",
     )
 
+
+def _loss_flags(parser: argparse.ArgumentParser) -> None:
+    """The GRPO clip/KL/staleness settings and the loss family."""
     g = parser.add_argument_group("grpo")
     _add(g, "clip_eps", type=float)
     _add(g, "kl_coef", type=float)
@@ -96,8 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add(g, "distill_coef", type=float)
     _add(g, "distill_kind", choices=["reverse", "forward"])
 
+
+def _inference_flags(parser: argparse.ArgumentParser) -> None:
+    """The inference server, how it is refreshed, the weight-bridge mode and LoRA."""
     g = parser.add_argument_group("vllm")
-    _add(g, "vllm_restart_interval", type=int)
+    _add(
+        g,
+        "refresh_interval",
+        "--refresh-interval",
+        "--vllm-restart-interval",
+        type=int,
+        help="bring the inference server up to date every N steps (and after the last), as --refresh-mode "
+        "says; --vllm-restart-interval is another name for this same setting",
+    )
     _add(g, "vllm_port", type=int)
     _add(g, "vllm_gpu", type=int)
     _add(
@@ -130,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(g, "lora_target_modules", nargs="+")
     _add(g, "lora_layer_indices")
 
+
+def _distributed_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("distributed (torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; see SLURM.md)")
     _add(g, "trainer_rank", type=int)
     _add(g, "world_size", type=int)
@@ -140,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add(g, "num_inference_nodes", type=int)
     _add(g, "inference_server_urls", nargs="+", metavar="URL")
 
+
+def _service_flags(parser: argparse.ArgumentParser) -> None:
+    """The trajectory API, wandb and debugging."""
     g = parser.add_argument_group("atropos")
     _add(g, "atropos_url")
     _add(g, "api_key", help="bearer token for the API (default: $ATROPOS_API_KEY)")
@@ -156,7 +192,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add(g, "benchmark", action="store_true")
     _add(g, "log_dir")
     _add(g, "plot_path")
-    return parser
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -182,7 +217,8 @@ def describe_validation_error(exc: ValidationError) -> str:
     for err in exc.errors():
         loc = [str(p) for p in err.get("loc", ()) if not isinstance(p, int)]
         field = loc[0] if loc else ""
-        name = _flag_name(field) if field in TrainingConfig.model_fields else (field or "config")
+        known = field in TrainingConfig.model_fields or field in OLDER_NAMES
+        name = _flag_name(field) if known else (field or "config")
         msg = err.get("msg", "invalid value").removeprefix("Value error, ")
         if "input" in err and not isinstance(err["input"], dict):
             msg += f" (got {err['input']!r})"

@@ -1,18 +1,25 @@
 """``TrainingConfig``: every setting of the GRPO trainer, validated in one place.
 
-Field names are the original trainer's (``model_name``, ``lr``, ``training_steps``, ...); the command line
-uses the same names with dashes (see :mod:`example_trainer.grpo.cli`). Fields added by this project are grouped
-at the end of the class.
+The command line uses the field names with dashes (see :mod:`example_trainer.grpo.cli`); YAML files and
+keyword arguments use them as they are.
+
+Batch sizes, in sequences: ``micro_batch_size`` rows go through one forward/backward pass;
+``gradient_accumulation_steps`` micro-batches make one optimizer step, whose ``trainer_batch_size`` (their
+product) is what the trainer registers with the API and what environments call their ``batch_size``.
+
+compat: two fields also accept an older name, everywhere (flag, YAML key, keyword, attribute):
+``batch_size`` for ``micro_batch_size`` and ``vllm_restart_interval`` for ``refresh_interval``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 if TYPE_CHECKING:
     from example_trainer.grpo.data import ScoreShaping
@@ -24,6 +31,10 @@ RefreshMode = Literal["restart", "reload", "broadcast"]
 DistributedStrategy = Literal["ddp", "fsdp"]
 LossTypeName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
 AdvantageName = Literal["grpo", "rloo", "none"]
+
+#: compat: older names accepted for a field (flags, YAML keys, keywords, attributes, ``model_copy``
+#: updates), mapped to the field they set.
+OLDER_NAMES = {"batch_size": "micro_batch_size", "vllm_restart_interval": "refresh_interval"}
 
 
 def _default_device() -> str:
@@ -84,9 +95,17 @@ class TrainingConfig(BaseModel):
     # --- training ----------------------------------------------------------------------------
     lr: float = Field(1e-5, gt=0, description="peak learning rate")
     training_steps: int = Field(10, ge=1, description="optimizer steps (one per API batch)")
-    batch_size: int = Field(2, ge=1, description="micro-batch size in sequences")
+    micro_batch_size: int = Field(
+        2,
+        ge=1,
+        validation_alias=AliasChoices("micro_batch_size", "batch_size"),
+        description="sequences per forward/backward pass (one micro-batch); the older name batch_size is "
+        "accepted for the same setting",
+    )
     seq_len: int = Field(2048, ge=1, description="max token length, sent to the API (no truncation)")
-    gradient_accumulation_steps: int = Field(32, ge=1, description="micro-batches per optimizer step")
+    gradient_accumulation_steps: int = Field(
+        32, ge=1, description="micro-batches per optimizer step (sequences per step: their product)"
+    )
     warmup_steps: int = Field(0, ge=0, description="linear LR warmup steps")
     optimizer: OptimizerName = Field(
         "adamw_8bit", description="adamw_8bit falls back to adamw without bitsandbytes"
@@ -101,7 +120,14 @@ class TrainingConfig(BaseModel):
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range epsilon")
 
     # --- vLLM --------------------------------------------------------------------------------
-    vllm_restart_interval: int = Field(3, ge=1, description="refresh the inference server every N steps")
+    refresh_interval: int = Field(
+        3,
+        ge=1,
+        validation_alias=AliasChoices("refresh_interval", "vllm_restart_interval"),
+        description="bring the inference server up to date every N steps (and after the last), by restart, "
+        "in-place reload or broadcast (--refresh-mode); the older name vllm_restart_interval is accepted "
+        "for the same setting",
+    )
     vllm_port: int = Field(9001, ge=1, le=65535)
     vllm_gpu: int | None = Field(None, ge=0, description="GPU index for the vLLM process")
     vllm_gpu_memory_utilization: float = Field(0.45, gt=0, le=1)
@@ -200,7 +226,7 @@ class TrainingConfig(BaseModel):
     micro_batch_tokens: int | None = Field(
         None,
         ge=1,
-        description="form micro-batches by a token budget instead of --batch-size sequences: at most this many "
+        description="form micro-batches by a token budget instead of --micro-batch-size sequences: at most this many "
         "tokens through the model per micro-batch (packed: their sum; padded: rows x longest row, rows sorted "
         "by length); a longer sequence gets a micro-batch of its own",
     )
@@ -390,9 +416,41 @@ class TrainingConfig(BaseModel):
         )
 
     @property
+    def trainer_batch_size(self) -> int:
+        """Sequences per optimizer step (= per API batch, registered with the API as its ``batch_size``):
+        ``micro_batch_size * gradient_accumulation_steps``."""
+        return self.micro_batch_size * self.gradient_accumulation_steps
+
+    # --- compat: older attribute names, the same settings ----------------------------------------
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> TrainingConfig:
+        """A copy with ``update`` applied (not validated, as for any pydantic model); older field names in
+        ``update`` set the field they name now."""
+        if update:
+            update = {OLDER_NAMES.get(key, key): value for key, value in update.items()}
+        return super().model_copy(update=update, deep=deep)
+
+    @property
     def api_batch_size(self) -> int:
-        """Sequences per API batch (= per optimizer step) requested at registration."""
-        return self.batch_size * self.gradient_accumulation_steps
+        """compat: :attr:`trainer_batch_size`."""
+        return self.trainer_batch_size
+
+    @property
+    def batch_size(self) -> int:
+        """compat: :attr:`micro_batch_size` (sequences per micro-batch)."""
+        return self.micro_batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        self.micro_batch_size = value
+
+    @property
+    def vllm_restart_interval(self) -> int:
+        """compat: :attr:`refresh_interval`."""
+        return self.refresh_interval
+
+    @vllm_restart_interval.setter
+    def vllm_restart_interval(self, value: int) -> None:
+        self.refresh_interval = value
 
     @property
     def resolved_plot_path(self) -> Path:

@@ -1,6 +1,6 @@
 """Turn one API batch (a list of scored groups) into padded micro-batches of tensors.
 
-The layout is the original trainer's (``pad_data_to_good_offset``):
+The layout (also served as per-micro-batch lists by ``pad_data_to_good_offset``):
 
 * ``L`` = the longest sequence of the whole API batch; ``K = 64 * ceil((L - 1) / 64)``. Every sequence is
   right-padded to ``K + 1`` tokens (token 0, mask -100); the model input is ``tokens[:-1]`` and the labels
@@ -11,16 +11,15 @@ The layout is the original trainer's (``pad_data_to_good_offset``):
 * Temperature per sequence: ``overrides[i]["temperature"]``, else ``generation_params["temperature"]``,
   else ``group_overrides["temperature"]``, else 1.0.
 * Rollout log-probabilities (``inference_logprobs``, aligned with ``tokens``) are shifted like the labels.
-* Sequences are flattened in batch order and cut into micro-batches of ``batch_size`` (the trainer regroups
+* Sequences are flattened in batch order and cut into micro-batches of ``micro_batch_size`` (the trainer regroups
   them by a token budget with ``--micro-batch-tokens``: :mod:`example_trainer.grpo.packing`).
 
-Differences from the original, all deliberate:
+Missing or odd per-token data:
 
-* ``inference_logprobs: null`` (what the API stores when an env omitted them) does not crash. Unknown
+* ``inference_logprobs: null`` (what the API stores when an env omitted them) is accepted. Unknown
   log-probabilities are ``NaN``; the loss then uses the on-policy ratio for those sequences. A row whose
   length differs from its tokens' is treated as unknown (it cannot be aligned).
-* Token-level ``advantages`` sent by an environment are honoured (shifted like the labels) instead of
-  ignored; a row whose length differs from its tokens' falls back to the sequence advantage.
+* Token-level ``advantages`` sent by an environment are used (shifted like the labels); a row whose length differs from its tokens' falls back to the sequence advantage.
 * The input is never mutated.
 """
 
@@ -29,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -180,31 +179,63 @@ def staleness_histogram(groups: Sequence[Mapping[str, Any]], current_step: int) 
 
 def prepare_batch(
     groups: Sequence[Mapping[str, Any]],
-    batch_size: int,
+    micro_batch_size: int,
     extract_inference_logprobs: bool = True,
     shaping: ScoreShaping | None = None,
 ) -> PreparedBatch:
     """Pad, normalise and micro-batch one API batch (see the module docstring for the exact rules).
 
-    ``batch_size`` is the micro-batch size in sequences. Raises ``ValueError`` for an empty batch or
+    ``micro_batch_size`` is the micro-batch size in sequences. Raises ``ValueError`` for an empty batch or
     a group that breaks the scored-group contract (:func:`atroposlib.group.check_group`: tokens,
     masks and scores disagree in count or length, an empty sequence, ...). ``shaping`` (default: the
     GRPO advantage of the module docstring) selects the advantage estimator and the overlong penalty
     (:mod:`example_trainer.grpo.advantages`); teacher logprobs are read by :mod:`example_trainer.grpo.teacher_data`.
     """
     shaping = shaping or ScoreShaping()
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    rows_tokens: list[list[int]] = []
-    rows_masks: list[list[int]] = []
-    seq_adv: list[float] = []
-    tok_adv: list[list[float] | None] = []
-    temps: list[float] = []
-    logprobs: list[list[float] | None] = []
-    scores: list[float] = []
-    teacher: list[tuple[list, list] | None] = []
-
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    rows = _BatchRows()
     for g, group in enumerate(groups):
+        rows.add_group(g, group, shaping, extract_inference_logprobs)
+    if not rows.tokens:
+        raise ValueError("the batch holds no sequences")
+    k = padded_length(max(len(r) for r in rows.tokens))
+    padded = rows.padded(k)
+    labels = padded["labels"]
+    micro = [
+        _micro_batch(padded, slice(start, min(start + micro_batch_size, padded["n"])))
+        for start in range(0, padded["n"], micro_batch_size)
+    ]
+    return PreparedBatch(
+        micro_batches=micro,
+        num_sequences=padded["n"],
+        num_tokens=sum(len(r) for r in rows.tokens),
+        num_trained_tokens=int((labels != IGNORE_INDEX).sum()),
+        mean_score=float(np.mean(rows.scores)),
+        has_inference_logprobs=bool(padded["has_lp"].any()),
+        seq_len=k,
+        longest_completion=max(1, int((labels != IGNORE_INDEX).sum(dim=1).max())),
+        has_teacher=bool(padded["has_teacher"].any()),
+    )
+
+
+@dataclass
+class _BatchRows:
+    """One API batch flattened into per-sequence rows (unpadded), in batch order."""
+
+    tokens: list[list[int]] = field(default_factory=list)
+    masks: list[list[int]] = field(default_factory=list)
+    seq_adv: list[float] = field(default_factory=list)  #: per-sequence advantage
+    tok_adv: list[list[float] | None] = field(default_factory=list)  #: per-token advantages, if given
+    temps: list[float] = field(default_factory=list)
+    logprobs: list[list[float] | None] = field(default_factory=list)  #: rollout logprobs, if given
+    scores: list[float] = field(default_factory=list)
+    teacher: list[tuple[list, list] | None] = field(default_factory=list)
+
+    def add_group(
+        self, g: int, group: Mapping[str, Any], shaping: ScoreShaping, extract_inference_logprobs: bool
+    ) -> None:
+        """Check group ``g`` against the scored-group contract and append its sequences."""
         problems = check_group(group, _SERVED)
         if problems:
             raise ValueError(f"group {g}: {problems[0]}")
@@ -218,79 +249,69 @@ def prepare_batch(
         advantages = group_advantages(shaped, shaping.advantage, shaping.scale_by_std)
         for i, (seq, mask) in enumerate(zip(tokens, masks, strict=True)):
             zero = bool(_override(group, i).get("set_advantage_to_zero"))
-            rows_tokens.append(list(seq))
-            rows_masks.append(list(mask))
-            seq_adv.append(0.0 if zero else float(advantages[i]))
+            self.tokens.append(list(seq))
+            self.masks.append(list(mask))
+            self.seq_adv.append(0.0 if zero else float(advantages[i]))
             token_row = _row(group.get("advantages"), i, len(seq), "advantages")
-            tok_adv.append([0.0] * len(seq) if zero and token_row is not None else token_row)
-            temps.append(sequence_temperature(group, i))
+            self.tok_adv.append([0.0] * len(seq) if zero and token_row is not None else token_row)
+            self.temps.append(sequence_temperature(group, i))
             lp = _row(group.get("inference_logprobs"), i, len(seq), "inference_logprobs")
-            logprobs.append(lp if extract_inference_logprobs else None)
-            teacher.append(sequence_teacher_rows(group, i, len(seq)))
-            scores.append(float(group_scores[i]))
+            self.logprobs.append(lp if extract_inference_logprobs else None)
+            self.teacher.append(sequence_teacher_rows(group, i, len(seq)))
+            self.scores.append(float(group_scores[i]))
 
-    if not rows_tokens:
-        raise ValueError("the batch holds no sequences")
-    k = padded_length(max(len(r) for r in rows_tokens))
-    n = len(rows_tokens)
-    tokens_np = np.zeros((n, k + 1), dtype=np.int64)
-    masks_np = np.full((n, k + 1), IGNORE_INDEX, dtype=np.int64)
-    logprob_np = np.full((n, k + 1), np.nan, dtype=np.float32)
-    tok_adv_np = np.zeros((n, k + 1), dtype=np.float64)
-    for r in range(n):
-        length = len(rows_tokens[r])
-        tokens_np[r, :length] = rows_tokens[r]
-        masks_np[r, :length] = rows_masks[r]
-        if logprobs[r] is not None:
-            logprob_np[r, :length] = logprobs[r]
-        tok_adv_np[r, :] = seq_adv[r]
-        if tok_adv[r] is not None:
-            tok_adv_np[r, :length] = tok_adv[r]
+    def padded(self, k: int) -> dict[str, Any]:
+        """The rows right-padded to ``k + 1`` tokens and shifted by one: inputs and labels ``[N, k]``."""
+        n = len(self.tokens)
+        tokens_np = np.zeros((n, k + 1), dtype=np.int64)
+        masks_np = np.full((n, k + 1), IGNORE_INDEX, dtype=np.int64)
+        logprob_np = np.full((n, k + 1), np.nan, dtype=np.float32)
+        tok_adv_np = np.zeros((n, k + 1), dtype=np.float64)
+        for r in range(n):
+            length = len(self.tokens[r])
+            tokens_np[r, :length] = self.tokens[r]
+            masks_np[r, :length] = self.masks[r]
+            if self.logprobs[r] is not None:
+                logprob_np[r, :length] = self.logprobs[r]
+            tok_adv_np[r, :] = self.seq_adv[r]
+            if self.tok_adv[r] is not None:
+                tok_adv_np[r, :length] = self.tok_adv[r]
+        return {
+            "n": n,
+            "inputs": torch.from_numpy(tokens_np[:, :-1].copy()),
+            "labels": torch.from_numpy(masks_np[:, 1:].copy()),
+            "seq_adv": torch.tensor(self.seq_adv, dtype=torch.float64).unsqueeze(1),
+            "tok_adv": torch.from_numpy(tok_adv_np[:, 1:].copy()),
+            "temps": torch.tensor(self.temps, dtype=torch.float32).view(n, 1, 1),
+            "logprobs": torch.from_numpy(logprob_np[:, 1:].copy()),
+            "teacher": teacher_tensors(self.teacher, k + 1),
+            "has_lp": np.array([lp is not None for lp in self.logprobs]),
+            "has_tok_adv": np.array([a is not None for a in self.tok_adv]),
+            "has_teacher": np.array([t is not None for t in self.teacher]),
+        }
 
-    has_lp = np.array([lp is not None for lp in logprobs])
-    has_tok_adv = np.array([a is not None for a in tok_adv])
-    inputs = torch.from_numpy(tokens_np[:, :-1].copy())
-    labels = torch.from_numpy(masks_np[:, 1:].copy())
-    seq_adv_t = torch.tensor(seq_adv, dtype=torch.float64).unsqueeze(1)
-    tok_adv_t = torch.from_numpy(tok_adv_np[:, 1:].copy())
-    temps_t = torch.tensor(temps, dtype=torch.float32).view(n, 1, 1)
-    logprob_t = torch.from_numpy(logprob_np[:, 1:].copy())
-    teacher_t = teacher_tensors(teacher, k + 1)
-    has_teacher = np.array([t is not None for t in teacher])
 
-    micro: list[MicroBatch] = []
-    for start in range(0, n, batch_size):
-        sl = slice(start, min(start + batch_size, n))
-        micro.append(
-            MicroBatch(
-                tokens=inputs[sl],
-                labels=labels[sl],
-                advantages=tok_adv_t[sl] if has_tok_adv[sl].any() else seq_adv_t[sl],
-                temperatures=temps_t[sl],
-                inference_logprobs=logprob_t[sl] if has_lp[sl].any() else None,
-            )
-        )
-        if teacher_t is not None and has_teacher[sl].any():
-            mb = micro[-1]
-            mb.teacher_topk_ids, mb.teacher_topk_logprobs = teacher_t[0][sl], teacher_t[1][sl]
-            mb.teacher_logprobs = label_logprobs(mb.teacher_topk_ids, mb.teacher_topk_logprobs, mb.labels)
-    return PreparedBatch(
-        micro_batches=micro,
-        num_sequences=n,
-        num_tokens=sum(len(r) for r in rows_tokens),
-        num_trained_tokens=int((labels != IGNORE_INDEX).sum()),
-        mean_score=float(np.mean(scores)),
-        has_inference_logprobs=bool(has_lp.any()),
-        seq_len=k,
-        longest_completion=max(1, int((labels != IGNORE_INDEX).sum(dim=1).max())),
-        has_teacher=bool(has_teacher.any()),
+def _micro_batch(padded: Mapping[str, Any], sl: slice) -> MicroBatch:
+    """Rows ``sl`` of the padded batch; per-token advantages, rollout and teacher logprobs only where some
+    row of the slice has them."""
+    mb = MicroBatch(
+        tokens=padded["inputs"][sl],
+        labels=padded["labels"][sl],
+        advantages=padded["tok_adv"][sl] if padded["has_tok_adv"][sl].any() else padded["seq_adv"][sl],
+        temperatures=padded["temps"][sl],
+        inference_logprobs=padded["logprobs"][sl] if padded["has_lp"][sl].any() else None,
     )
+    teacher = padded["teacher"]
+    if teacher is not None and padded["has_teacher"][sl].any():
+        mb.teacher_topk_ids, mb.teacher_topk_logprobs = teacher[0][sl], teacher[1][sl]
+        mb.teacher_logprobs = label_logprobs(mb.teacher_topk_ids, mb.teacher_topk_logprobs, mb.labels)
+    return mb
 
 
 def pad_data_to_good_offset(
     data: Mapping[str, Any], batch_size: int, extract_inference_logprobs: bool = True
 ) -> tuple[list, list, list, list, list | None]:
-    """The original trainer's entry point: ``data["batch"]`` → five per-micro-batch lists.
+    """compat: ``data["batch"]`` → five per-micro-batch lists (``batch_size``: sequences per micro-batch).
 
     Returns ``(tokens, labels, advantages, temperatures, inference_logprobs)``; the last is ``None``
     when no sequence of the batch carried usable rollout logprobs. Shapes per micro-batch: tokens and

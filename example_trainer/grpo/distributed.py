@@ -8,7 +8,7 @@ Roles of the ranks:
   batch it broadcasts a heartbeat every :data:`HEARTBEAT_S` seconds, and a stop message ends the run on
   every rank.
 * **every rank** trains on its contiguous shard of the global batch (:func:`shard_bounds`), cut into
-  micro-batches of ``batch_size``; every rank runs the same number of micro-batches (a rank with fewer
+  micro-batches of ``micro_batch_size``; every rank runs the same number of micro-batches (a rank with fewer
   sequences runs a zero-weight one), so gradient synchronisation lines up. Each sequence's loss is
   weighted ``1 / N`` of the global batch, so the averaged gradient (and the reported loss) equal those
   of one process training on the whole batch.
@@ -258,9 +258,9 @@ def shard_bounds(num_sequences: int, rank: int, world_size: int) -> tuple[int, i
     return (num_sequences * rank) // world_size, (num_sequences * (rank + 1)) // world_size
 
 
-def micro_batches_per_rank(num_sequences: int, world_size: int, batch_size: int) -> int:
+def micro_batches_per_rank(num_sequences: int, world_size: int, micro_batch_size: int) -> int:
     """How many micro-batches every rank runs: enough for the largest shard."""
-    return max(1, math.ceil(math.ceil(num_sequences / world_size) / batch_size))
+    return max(1, math.ceil(math.ceil(num_sequences / world_size) / micro_batch_size))
 
 
 def _full(batch: PreparedBatch) -> dict[str, torch.Tensor]:
@@ -273,7 +273,7 @@ def _full(batch: PreparedBatch) -> dict[str, torch.Tensor]:
 def local_micro_batches(
     batch: PreparedBatch,
     ctx: DistContext,
-    batch_size: int,
+    micro_batch_size: int,
     token_budget: int | None = None,
     packed: bool = False,
 ) -> list[MicroBatch | None]:
@@ -281,17 +281,18 @@ def local_micro_batches(
 
     The rank's rows (:func:`shard_bounds`) are grouped by :func:`example_trainer.grpo.packing.plan_micro_batches`;
     every rank gets as many entries as the rank with the most micro-batches (:func:`micro_batches_per_rank`
-    when grouping by ``batch_size``).
+    when grouping by ``micro_batch_size``).
     """
     bounds = [shard_bounds(batch.num_sequences, r, ctx.world_size) for r in range(ctx.world_size)]
     if token_budget is None:
-        count = micro_batches_per_rank(batch.num_sequences, ctx.world_size, batch_size)
+        count = micro_batches_per_rank(batch.num_sequences, ctx.world_size, micro_batch_size)
     else:
         lengths = row_lengths(batch_rows(batch.micro_batches).labels)
         count = max(
-            len(plan_micro_batches(lengths[lo:hi], batch_size, token_budget, packed)) for lo, hi in bounds
+            len(plan_micro_batches(lengths[lo:hi], micro_batch_size, token_budget, packed))
+            for lo, hi in bounds
         )
-    return micro_batches(batch, batch_size, token_budget, packed, shard=bounds[ctx.rank], count=count)
+    return micro_batches(batch, micro_batch_size, token_budget, packed, shard=bounds[ctx.rank], count=count)
 
 
 # --- rank 0 -> all: the batch channel ---------------------------------------------------------------

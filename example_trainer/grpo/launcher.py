@@ -1,5 +1,5 @@
 """``atropos-grpo-run`` / ``python -m example_trainer.run``: the inference server and the trainer in one command,
-for ``--weight-bridge-mode shared_vllm`` (the original's unified launcher).
+for ``--weight-bridge-mode shared_vllm``.
 
     atropos-grpo-run --model Qwen/Qwen2.5-1.5B-Instruct --training-steps 20 --atropos-url http://localhost:8000
 
@@ -11,8 +11,7 @@ place: every optimizer step is what the next generation uses, with no refresh. T
 ``<--log-dir>/vllm_0.log``; it is stopped (its own process group only) when training ends, fails or is
 interrupted. Both run on the first visible GPU (choose it with ``CUDA_VISIBLE_DEVICES``).
 
-The flags are ``atropos-grpo``'s (the original's model, training, GRPO, vLLM, Atropos, wandb and debug
-groups among them); ``--weight-bridge-mode`` may only be ``shared_vllm``, its default here. Exit status
+The flags are ``atropos-grpo``'s; ``--weight-bridge-mode`` may only be ``shared_vllm``, its default here. Exit status
 as for ``atropos-grpo``.
 """
 

@@ -1,12 +1,13 @@
-"""The training loop, shared by every weight-bridge mode.
+"""The training loop, shared by every weight-bridge mode: :class:`TrainingRun`.
 
-Per optimizer step: wait for an API batch, drop groups older than ``--max-staleness``, pad and micro-batch
-it, run one GRPO step, log, and at the right steps save a checkpoint and bring the inference server up to
-date. Modes differ only in what reaches vLLM:
+Per optimizer step (:meth:`TrainingRun.run`): fetch the next API batch (groups older than
+``--max-staleness`` dropped, the rest padded and micro-batched), train one GRPO step, save a checkpoint
+when due, acknowledge the batches a checkpoint holds, refresh the inference servers' weights every
+``--refresh-interval`` steps, log, evaluate after a refresh. Modes differ only in what reaches vLLM:
 
 ========================  ===============================================================================
 ``none`` (legacy)         full checkpoints ``step_N``; vLLM restarted on (or, ``--refresh-mode reload``,
-                          reloaded in place from) the new checkpoint every ``--vllm-restart-interval`` steps;
+                          reloaded in place from) the new checkpoint every ``--refresh-interval`` steps;
                           ``--refresh-mode broadcast``: the weights are broadcast into the servers' workers
                           (:mod:`example_trainer.inference.weight_broadcast`), no checkpoint is needed for it
 ``lora_only``             adapters ``adapter_step_N``; hot-swapped into an externally started vLLM
@@ -31,17 +32,14 @@ from __future__ import annotations
 
 import gc
 import logging
-import random
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from example_trainer.grpo.api_client import AtroposApiError, AtroposClient
+from example_trainer.grpo.api_client import AtroposClient
 from example_trainer.grpo.checkpointing import (
     checkpoint_name,
     gather_full_state,
@@ -50,7 +48,7 @@ from example_trainer.grpo.checkpointing import (
     save_checkpoint,
 )
 from example_trainer.grpo.config import TrainingConfig
-from example_trainer.grpo.data import prepare_batch, split_stale_groups, staleness_histogram
+from example_trainer.grpo.data import PreparedBatch, prepare_batch, split_stale_groups, staleness_histogram
 from example_trainer.grpo.distributed import (
     BatchChannel,
     DistContext,
@@ -61,8 +59,16 @@ from example_trainer.grpo.distributed import (
     unwrap_model,
     wrap_model,
 )
-from example_trainer.grpo.model import load_model_and_tokenizer, load_reference_model, trainable_parameters
+from example_trainer.grpo.inference_sync import InferenceSync
+from example_trainer.grpo.model import load_reference_model, trainable_parameters
 from example_trainer.grpo.reporting import RunLogger, plot_training_curves
+from example_trainer.grpo.startup import (
+    NoLogger,
+    attach_shared_policy,
+    load_policy,
+    reconcile_with_api,
+    seed_everything,
+)
 from example_trainer.grpo.step import create_optimizer, run_training_step
 
 logger = logging.getLogger(__name__)
@@ -75,7 +81,7 @@ EvalHook = Callable[[int, Path | None], Mapping[str, float] | None]
 
 #: ``sync_hook(step, model, server_root_urls)`` → metrics, logged as ``sync/<name>``: called on rank 0 each
 #: time the inference servers were brought up to date (after every refresh; in ``shared_vllm`` every
-#: ``--vllm-restart-interval`` steps, the servers then serving the trained tensors themselves), with the
+#: ``--refresh-interval`` steps, the servers then serving the trained tensors themselves), with the
 #: model being trained. E.g. the device check compares the servers' logprobs with the model's there.
 SyncHook = Callable[[int, Any, list[str]], Mapping[str, float] | None]
 
@@ -98,303 +104,359 @@ class TrainingResult:
     rank: int = 0  #: this process's rank (only rank 0's result carries metrics)
 
 
-class InferenceSync:
-    """Keeps the inference servers in step with training.
+@dataclass
+class RunState:
+    """What changes from step to step."""
 
-    * Local (default): one vLLM process owned by ``example_trainer.inference.vllm_manager`` (its log, health wait,
-      one automatic restart after a crash). In ``lora_only`` mode an inference server that is already
-      running on ``--vllm-port`` (the original's set-up: started by the user with ``--enable-lora``) is
-      used as it is: adapters are hot-swapped into it and it is left running at the end.
-    * Remote (``--inference-server-urls``, or ``--num-inference-nodes`` on SLURM): servers started
-      elsewhere (``scripts/slurm/``) are refreshed from each checkpoint, all at once: full weights through
-      ``POST /bridge/update_weights`` (``example_trainer.inference.vllm_api_server``), adapters by LoRA hot-swap.
-      The checkpoint directory must be readable by the servers (a shared filesystem).
+    step: int  #: optimizer steps completed
+    pending_acks: list[int] = field(default_factory=list)  #: trained batches not yet acknowledged
+    last_saved: int = -1  #: the step of the newest checkpoint on disk (-1: none of this run)
+    dropped_groups: int = 0  #: groups dropped as stale so far
+    dropped_sequences: int = 0  #: their sequences
+    staleness: dict[int, int] = field(default_factory=dict)  #: the latest batch's groups per staleness
+    stop_sent: bool = False  #: rank 0 told the other ranks to stop
+
+
+@dataclass
+class StepBatch:
+    """One step's batch: the API's id (rank 0 only), the stale groups dropped from it, the prepared batch."""
+
+    batch_id: int | None
+    stale_groups: int
+    prepared: PreparedBatch
+
+
+@dataclass(frozen=True)
+class DueAfterStep:
+    """What is due once optimizer step ``step`` is done."""
+
+    step: int
+    final: bool  #: the last step of the run
+    refresh: bool  #: bring the inference servers up to date (restart, reload, hot-swap or broadcast)
+    broadcast: bool  #: ... by sending the weights, without a checkpoint
+    checkpoint: bool  #: write a checkpoint
+    synced: bool  #: the servers serve this step's weights afterwards (the sync hook runs)
+
+
+class TrainingRun:
+    """One training run, as explicit state and named phases.
+
+    :meth:`run` reads top to bottom: :meth:`setup`, :meth:`start_inference`, then per step
+    :meth:`next_batch`, :meth:`train_step`, :meth:`due_after`, :meth:`checkpoint`, :meth:`acknowledge`,
+    :meth:`refresh_weights`, :meth:`log_step`, :meth:`evaluate`; :meth:`finish` at the end, however the run
+    ends. Rank 0 alone talks to the API, refreshes the servers, writes checkpoints and metrics.
     """
 
-    def __init__(self, config: TrainingConfig) -> None:
+    def __init__(
+        self,
+        config: TrainingConfig,
+        ctx: DistContext,
+        eval_hook: EvalHook | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        sync_hook: SyncHook | None = None,
+    ) -> None:
         self.config = config
-        self.manager: Any = None
-        self.external_url: str | None = None
-        self.remote_urls: list[str] = []
-        self.active = config.use_vllm
-        self.broadcaster: Any = None
-
-    @property
-    def root_url(self) -> str:
-        return f"http://127.0.0.1:{self.config.vllm_port}"
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI-compatible base URL (``.../v1``) of the server."""
-        return self.manager.base_url if self.manager is not None else f"{self.root_url}/v1"
-
-    def start(self, model_path: str, adapter_dir: Path | None = None) -> None:
-        if not self.active:
-            return
-        remote = remote_inference_urls(self.config)
-        if remote:
-            self.remote_urls = [_root_url(url) for url in remote]
-            logger.info("refreshing %d remote inference server(s): %s", len(remote), ", ".join(remote))
-            if adapter_dir is not None:
-                self._refresh_remote(adapter_dir, adapter_dir.name)
-            return
-        if self.config.weight_bridge_mode in ("lora_only", "shared_vllm") and _healthy(self.root_url):
-            logger.info("using the inference server already running at %s", self.root_url)
-            self.external_url = self.root_url
-            if adapter_dir is not None:
-                _hot_swap(self.external_url, adapter_dir, adapter_dir.name)
-            return
-        from example_trainer.inference.vllm_manager import VllmManager
-
-        self.manager = VllmManager(self.config)
-        self.manager.start(model_path)
-        if adapter_dir is not None:
-            self.manager.load_lora(str(adapter_dir), "training_adapter")
-
-    @property
-    def server_root_urls(self) -> list[str]:
-        """The root URLs of the servers this run keeps up to date."""
-        if self.remote_urls:
-            return list(self.remote_urls)
-        if self.external_url is not None:
-            return [self.external_url]
-        return [self.manager.root_url] if self.manager is not None else []
-
-    def shared_model(self) -> Any:
-        """``shared_vllm``: the policy built over the local server's own weight tensors (no copy)."""
-        from example_trainer.grpo.model import _attn_implementation
-        from example_trainer.inference.shared_weights import (
-            attach_manifest,
-            build_shared_model,
-            fetch_manifest,
+        self.ctx = ctx
+        self.eval_hook = eval_hook
+        self.should_stop = should_stop or (lambda: False)
+        self.sync_hook = sync_hook
+        self.main = ctx.is_main
+        self.shared = config.weight_bridge_mode == "shared_vllm"
+        self.sharded = ctx.enabled and config.distributed_strategy == "fsdp"
+        self.inference = InferenceSync(config)
+        self.inference.active = self.inference.active and self.main
+        self.client: AtroposClient | None = None
+        self.resume_dir: Path | None = None
+        self.api_info: dict[str, Any] = {}
+        self.run_log: Any = NoLogger()
+        self.progress: Any = None
+        self.state = RunState(step=0)
+        self.result = TrainingResult(
+            step=0, start_step=0, final_checkpoint=None, plot_path=None, rank=ctx.rank
         )
 
-        urls = self.server_root_urls
-        if len(urls) != 1:
-            raise RuntimeError("shared_vllm needs the one local inference server to be running")
-        manifest = fetch_manifest(urls[0], timeout=self.config.vllm_startup_timeout)
-        tensors = attach_manifest(manifest)
-        model = build_shared_model(self.config.model_name, tensors, _attn_implementation(self.config.device))
-        logger.info(
-            "training the inference server's own weights (%d tensors in %d shared buffer(s))",
-            len(tensors), len(manifest["buffers"]),
-        )  # fmt: skip
-        return model
-
-    def broadcast(self, model: Any) -> float:
-        """``--refresh-mode broadcast``: send ``model``'s weights into every server; returns the seconds."""
-        import socket
-
-        from example_trainer.inference.weight_broadcast import WeightBroadcaster, unique_named_tensors
-
-        if self.broadcaster is None:
-            backend = self.config.weight_broadcast_backend
-            if backend == "auto":
-                backend = "nccl" if self.remote_urls and self.config.device.startswith("cuda") else "gloo"
-            host = self.config.weight_broadcast_host or (
-                socket.getfqdn() if self.remote_urls else "127.0.0.1"
-            )
-            self.broadcaster = WeightBroadcaster(
-                self.server_root_urls, backend=backend, host=host, device=self.config.device,
-                timeout=self.config.vllm_startup_timeout,
-            )  # fmt: skip
-        return self.broadcaster.send(unique_named_tensors(model), wait=not self.config.weight_broadcast_async)
-
-    def wait_for_refresh(self) -> None:
-        """Block until the last (background) weight hand-off is served."""
-        if self.broadcaster is not None:
-            self.broadcaster.wait()
-
-    def check(self) -> None:
-        """Raise if the managed server died and could not be restarted (VllmDiedError)."""
-        if self.manager is not None:
-            self.manager.ensure_running()
-
-    def refresh(self, checkpoint_dir: Path, step: int) -> float:
-        """Make the server serve ``checkpoint_dir`` (weights or adapter); returns the seconds it took."""
-        if self.remote_urls:
-            start = time.perf_counter()
-            self._refresh_remote(checkpoint_dir, f"step_{step}")
-            return time.perf_counter() - start
-        if self.external_url is not None:
-            start = time.perf_counter()
-            _hot_swap(self.external_url, checkpoint_dir, f"step_{step}")
-            return time.perf_counter() - start
-        if self.manager is None:
-            return 0.0
-        return float(self.manager.refresh(str(checkpoint_dir), step))
-
-    def _refresh_remote(self, checkpoint_dir: Path, name: str) -> None:
-        """Load ``checkpoint_dir`` into every remote server in parallel; raises naming each failure."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        from example_trainer.inference.weight_refresh import request_weight_update
-
-        def one(url: str) -> str | None:
-            try:
-                if self.config.is_lora:
-                    _hot_swap(url, checkpoint_dir, name)
-                else:
-                    request_weight_update(url, checkpoint_dir, timeout=self.config.vllm_startup_timeout)
-            except Exception as exc:  # noqa: BLE001 - collected and reported together
-                return f"{url}: {exc}"
-            return None
-
-        with ThreadPoolExecutor(max_workers=min(32, len(self.remote_urls))) as pool:
-            failures = [f for f in pool.map(one, self.remote_urls) if f]
-        if failures:
-            raise RuntimeError(
-                f"{len(failures)} of {len(self.remote_urls)} inference server(s) did not take "
-                f"{checkpoint_dir}: " + "; ".join(failures)
-            )
-
-    def stop(self) -> None:
-        if self.broadcaster is not None:
-            self.broadcaster.close()
-            self.broadcaster = None
-        if self.manager is not None:
-            try:
-                self.manager.stop()
-            finally:
-                self.manager = None
-
-
-def remote_inference_urls(config: TrainingConfig) -> list[str]:
-    """The remote servers to refresh: ``--inference-server-urls``, or the servers of the last
-    ``--num-inference-nodes`` nodes of the SLURM allocation; [] for a local vLLM."""
-    if config.inference_server_urls:
-        return list(config.inference_server_urls)
-    if config.num_inference_nodes > 0:
-        from atroposlib.envs.server_handling.slurm_discovery import trailing_nodes_inference_urls
-
-        return trailing_nodes_inference_urls(config.num_inference_nodes)
-    return []
-
-
-def _root_url(url: str) -> str:
-    """``http://host:port/v1`` -> ``http://host:port`` (the server's own routes live at the root)."""
-    url = url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
-
-
-def _healthy(root_url: str) -> bool:
-    import requests
-
-    try:
-        return requests.get(f"{root_url}/health", timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
-
-
-def _hot_swap(root_url: str, adapter_dir: Path, name: str) -> None:
-    """Load ``adapter_dir`` into an external server: vLLM's ``/v1/load_lora_adapter``, else ``/lora/load``."""
-    import requests
-
-    path = str(Path(adapter_dir).resolve())
-    resp = requests.post(
-        f"{root_url}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": path}, timeout=60
-    )
-    if resp.status_code != 200:
-        resp = requests.post(
-            f"{root_url}/lora/load", json={"adapter_path": path, "adapter_name": name}, timeout=60
-        )
-    if resp.status_code != 200:
-        raise RuntimeError(
-            f"inference server at {root_url} refused adapter {path}: HTTP {resp.status_code} {resp.text[:300]}"
-        )
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def _load_model(config: TrainingConfig, resume_dir: Path | None, sharded: bool = False) -> tuple[Any, Any]:
-    """The policy to train: from the checkpoint when resuming a full-model run, else ``model_name``.
-
-    ``sharded``: left in CPU memory; FSDP moves each layer's shard to the device.
-    """
-    if sharded:
-        return load_model_and_tokenizer(
-            config, model_path=str(resume_dir) if resume_dir else None, to_device=False
-        )
-    if resume_dir is None or config.is_lora:
-        model, tokenizer = load_model_and_tokenizer(config)
-        if resume_dir is not None:
-            from peft import set_peft_model_state_dict
-            from safetensors.torch import load_file
-
-            set_peft_model_state_dict(model, load_file(str(resume_dir / "adapter_model.safetensors")))
-        return model, tokenizer
-    return load_model_and_tokenizer(config, model_path=str(resume_dir))
-
-
-def _attach_shared_model(
-    config: TrainingConfig, inference: InferenceSync, resume_dir: Path | None
-) -> tuple[Any, Any]:
-    """``shared_vllm``: start the local server on the initial weights and build the policy over its tensors;
-    when resuming, the checkpoint's weights are copied into them."""
-    from transformers import AutoTokenizer
-
-    inference.start(config.model_name)
-    try:
-        model = inference.shared_model()
-        if resume_dir is not None:
-            from safetensors.torch import load_file
-
-            state: dict[str, Any] = {}
-            for file in sorted(resume_dir.glob("*.safetensors")):
-                state.update(load_file(str(file)))
-            with torch.no_grad():
-                model.load_state_dict(state, strict=False)
-        from example_trainer.grpo.model import prepare_for_training
-
-        prepare_for_training(model, config)
-    except BaseException:
-        inference.stop()
-        raise
-    return model, AutoTokenizer.from_pretrained(config.model_name)
-
-
-def _reconcile_with_api(
-    client: AtroposClient, step: int, resumed: bool, trained: list[int] | None = None
-) -> dict[str, Any]:
-    """After (re)registration: acknowledge the batches the checkpoint already holds (``trained``: a crash
-    between its save and their acks left them unacknowledged), then replay the unacknowledged batches when
-    resuming and compare step counters."""
-    for batch_id in trained or ():
+    # --- the run, top to bottom -------------------------------------------------------------------
+    def run(self) -> TrainingResult:
+        """Train until ``training_steps`` are done, the API runs dry or ``should_stop()``; see :func:`train`."""
+        self.setup()
+        if self.state.step >= self.config.training_steps:
+            return self.nothing_to_train()
         try:
-            client.request("POST", "/batch/ack", {"batch_id": batch_id})
-            logger.info("acknowledged batch %d, trained in the checkpoint (its ack was lost)", batch_id)
-        except AtroposApiError:
-            pass  # acknowledged before the crash, as usual
-    replayed = client.replay() if resumed else 0
-    status = client.status()
-    api_step = int(status.get("current_step", 0)) if isinstance(status, dict) else 0
-    if resumed:
-        logger.info(
-            "resuming at step %d; the API is at step %d with %d unacknowledged batch(es) re-queued",
-            step, api_step, replayed,
+            self.start_inference()
+            while self.state.step < self.config.training_steps:
+                batch = self.next_batch()
+                if batch is None:
+                    break
+                metrics = self.train_step(batch)
+                due = self.due_after(self.state.step)
+                saved = self.checkpoint(self.state.step, due.final) if due.checkpoint else None
+                self.acknowledge(due)
+                refresh_metrics = self.refresh_weights(due, saved)
+                self.log_step(batch, metrics, refresh_metrics)
+                self.evaluate(due, saved)
+        finally:
+            self.finish()
+        return self.result
+
+    # --- phases -------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Reach the API, load (or attach) the policy, its optimizer and a checkpoint to resume from,
+        register, and open the metrics log. The model load comes after the API check: fail fast."""
+        config, ctx = self.config, self.ctx
+        if self.main:
+            self.client = AtroposClient.from_config(config)
+            self.client.should_stop = self.should_stop  # no long retries once stopping (the API may go first)
+            self.resume_dir = resolve_resume_path(config.resume, config.save_path)
+            self.client.wait_until_ready(config.api_timeout)
+        self.resume_dir = broadcast_object(ctx, self.resume_dir)  # every rank loads what rank 0 found
+        seed_everything(config.seed)
+        if self.shared:
+            if ctx.enabled or not config.use_vllm:
+                raise ValueError(
+                    "shared_vllm trains the local server's weights: one trainer process, with --use-vllm"
+                )
+            model, self.tokenizer = attach_shared_policy(config, self.inference, self.resume_dir)
+        else:
+            model, self.tokenizer = load_policy(config, self.resume_dir, self.sharded)
+        # FSDP replaces the parameters with sharded ones: the optimizer is built over those
+        self.model = wrap_model(model, ctx, config.distributed_strategy)
+        self.optimizer = create_optimizer(trainable_parameters(unwrap_model(self.model)), config)
+        start_step, extra = 0, {}
+        if self.resume_dir is not None:
+            loaded = load_training_state(self.resume_dir, self.optimizer, unwrap_model(self.model))
+            start_step, extra = loaded.step, loaded.extra
+            logger.info("loaded checkpoint %s (step %d)", self.resume_dir, start_step)
+        use_ref = config.kl_coef > 0 and not config.is_lora
+        self.ref_model = load_reference_model(config) if use_ref else None
+        self.channel = BatchChannel(ctx)
+        if self.main:
+            self.client.register(config, starting_step=start_step)
+            resumed = self.resume_dir is not None
+            self.api_info = reconcile_with_api(self.client, start_step, resumed, extra.get("trained_batches"))
+            self.run_log = RunLogger(config, resume_run_id=extra.get("wandb_run_id"))
+        self.state = RunState(step=start_step, last_saved=start_step if self.resume_dir is not None else -1)
+        self.result.step = self.result.start_step = start_step
+
+    def nothing_to_train(self) -> TrainingResult:
+        """The checkpoint resumed from already has every step."""
+        logger.info("checkpoint %s already has %d steps: nothing to train", self.resume_dir, self.state.step)
+        self.result.final_checkpoint = self.resume_dir
+        self.run_log.finish()
+        self.inference.stop()
+        return self.result
+
+    def start_inference(self) -> None:
+        """Start (or find) the inference server on the initial weights, and evaluate them on a fresh run."""
+        from tqdm.auto import tqdm
+
+        config, resume_dir = self.config, self.resume_dir
+        self.progress = tqdm(
+            total=config.training_steps, initial=self.state.step, desc="grpo", unit="step", dynamic_ncols=True,
+            disable=not self.main,
         )  # fmt: skip
-        if api_step < step:
-            logger.warning(
-                "the API's step (%d) is behind the checkpoint's (%d): it lost its state (in-memory store or a "
-                "new data dir?); training continues at step %d", api_step, step, step,
+        initial_model = (
+            str(resume_dir) if (resume_dir is not None and not config.is_lora) else config.model_name
+        )
+        initial_adapter = None
+        if config.weight_bridge_mode == "lora_restart" and config.use_vllm:  # the same on every rank
+            initial_adapter = resume_dir or self.checkpoint(0, final=False)
+        if not self.shared:  # shared_vllm's server started before the model could be attached
+            self.inference.start(initial_model, initial_adapter)
+        if self.state.step == 0:
+            self.evaluate_at(0, None)
+
+    def next_batch(self) -> StepBatch | None:
+        """The next batch to train, or None to stop. Rank 0 fetches it and sends it to the other ranks."""
+        if not self.main:
+            prepared = self.channel.receive()
+            return None if prepared is None else StepBatch(None, 0, prepared)
+        try:
+            batch = self._fetch_fresh_batch()
+        except BaseException:
+            self._release_ranks()
+            raise
+        if batch is None:
+            self._release_ranks()
+            return None
+        batch.prepared = self.channel.send_batch(batch.prepared)
+        return batch
+
+    def train_step(self, batch: StepBatch) -> dict[str, float]:
+        """One optimizer step on ``batch``; the step counter advances and the batch awaits its ack."""
+        config = self.config
+        metrics = run_training_step(
+            self.model, self.optimizer, batch.prepared, config, self.state.step, self.ref_model, dist=self.ctx
+        )
+        if self.shared and config.device.startswith("cuda"):
+            torch.cuda.synchronize()  # the server's next forward pass reads the finished update
+        self.state.step += 1
+        if batch.batch_id is not None:
+            self.state.pending_acks.append(batch.batch_id)
+        return metrics
+
+    def due_after(self, step: int) -> DueAfterStep:
+        """The schedule: the servers are refreshed every ``refresh_interval`` steps and after the last; a
+        checkpoint is written for each refresh that reads one, every ``checkpoint_interval`` steps and
+        after the last."""
+        config = self.config
+        final = step == config.training_steps
+        on_interval = step % config.refresh_interval == 0 or final
+        refresh = config.use_vllm and not self.shared and on_interval
+        broadcast = refresh and not config.is_lora and config.refresh_mode == "broadcast"
+        on_checkpoint_interval = config.checkpoint_interval > 0 and step % config.checkpoint_interval == 0
+        return DueAfterStep(
+            step=step,
+            final=final,
+            refresh=refresh,
+            broadcast=broadcast,
+            checkpoint=final or (refresh and not broadcast) or on_checkpoint_interval,
+            synced=refresh or (self.shared and on_interval),
+        )
+
+    def checkpoint(self, step: int, final: bool) -> Path:
+        """Write the checkpoint of ``step``: rank 0 writes; every rank waits until it is complete (with
+        FSDP every rank first sends its shards to rank 0). It lists the batches it acknowledges."""
+        config = self.config
+        target = checkpoint_dir_for(config, step, final)
+        full_state = gather_full_state(self.model, self.optimizer) if self.sharded else None  # every rank
+        if self.main:
+            extra = {
+                **self.api_info, "wandb_run_id": self.run_log.run_id,
+                "trained_batches": list(self.state.pending_acks),
+            }  # fmt: skip
+            target = save_checkpoint(
+                unwrap_model(self.model), self.tokenizer, self.optimizer, config, step, final=final,
+                extra=extra, full_state=full_state,
             )  # fmt: skip
-    return {"api_step_at_start": api_step, "replayed_batches_at_start": replayed}
+        del full_state
+        barrier(self.ctx)
+        self.state.last_saved = step
+        if final:
+            self.result.final_checkpoint = target
+        return target
 
+    def acknowledge(self, due: DueAfterStep) -> None:
+        """Acknowledge the trained batches once a checkpoint holds them (at once with checkpoint_interval 0:
+        nothing would be replayed anyway)."""
+        if self.main and (due.checkpoint or self.config.checkpoint_interval == 0):
+            self._ack_pending()
 
-class _NoLogger:
-    """Stands in for :class:`RunLogger` on ranks other than 0 (they write nothing)."""
+    def refresh_weights(self, due: DueAfterStep, saved: Path | None) -> dict[str, float]:
+        """Bring the inference servers up to date when due (broadcast, or from the checkpoint just saved),
+        then run the sync hook; returns ``train/refresh_s`` and the hook's ``sync/*`` metrics."""
+        inference, record = self.inference, {}
+        if not inference.active:
+            return record
+        if due.broadcast:
+            record["train/refresh_s"] = inference.broadcast(unwrap_model(self.model))
+        elif due.refresh and saved is not None:
+            record["train/refresh_s"] = inference.refresh(saved, due.step)
+        if due.broadcast and (due.final or self.sync_hook is not None):
+            inference.wait_for_refresh()  # the servers serve the weights the hook and the end expect
+        if self.sync_hook is not None and due.synced:
+            checks = self.sync_hook(due.step, unwrap_model(self.model), inference.server_root_urls) or {}
+            record.update({f"sync/{k}": float(v) for k, v in checks.items()})
+        return record
 
-    run_id = None
+    def log_step(self, batch: StepBatch, metrics: Mapping[str, float], extra: Mapping[str, float]) -> None:
+        """The step's metrics to ``metrics.jsonl``/wandb, the result's history and the progress bar."""
+        record: dict[str, Any] = {f"train/{k}": v for k, v in metrics.items()}
+        record.update({"train/stale_groups": float(batch.stale_groups), "train/batch_id": batch.batch_id})
+        if self.main:
+            record.update(staleness_record(self.state.staleness, self._dropped()))
+        record.update(extra)
+        step = self.state.step
+        self.run_log.log(step, record)
+        if self.main:
+            self.result.history.append({"step": step, **record})
+        self.progress.update(1)
+        self.progress.set_postfix(
+            loss=f"{metrics['loss']:.4f}",
+            reward=f"{metrics['kept_reward_mean']:.3f}",
+            tok_s=f"{metrics['tokens_per_s']:.0f}",
+        )
 
-    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
-        return None
+    def evaluate(self, due: DueAfterStep, saved: Path | None) -> None:
+        """Run the eval hook on the weights the servers now serve (after a refresh or the last step)."""
+        if saved is not None and (due.refresh or due.final):
+            self.evaluate_at(due.step, saved)
 
     def finish(self) -> None:
+        """However the run ends: release the other ranks, keep completed steps in a checkpoint (and ack
+        them), stop the servers, close the logs and draw the curves."""
+        config, state = self.config, self.state
+        if self.progress is not None:
+            self.progress.close()
+        self.result.step = state.step
+        self.result.stopped_early = state.step < config.training_steps
+        try:
+            if self.ctx.enabled and self.result.stopped_early:
+                self._release_ranks()  # a failure on rank 0 after a step: release the other ranks
+            if state.step > state.last_saved and state.step > self.result.start_step:
+                # Interrupted (or failed) after completed steps: keep them.
+                self.result.final_checkpoint = self.checkpoint(state.step, final=False)
+                self._ack_pending()
+        finally:
+            if self.shared:  # let go of the server's memory (IPC handles, mappings) before the server exits
+                self.model = self.optimizer = None
+                gc.collect()
+            self.inference.stop()
+            self.run_log.finish()
+            if self.main:
+                self.result.plot_path = plot_training_curves(
+                    Path(config.save_path) / "metrics.jsonl", config.resolved_plot_path, max_step=state.step
+                )
+
+    # --- helpers of the phases ------------------------------------------------------------------
+    def evaluate_at(self, step: int, model_dir: Path | None) -> None:
+        if self.eval_hook is None or not self.main:
+            return
+        metrics = self.eval_hook(step, model_dir) or {}
+        record = {f"eval/{k}": float(v) for k, v in metrics.items()}
+        if record:
+            self.run_log.log(step, record)
+            self.result.eval_history.append({"step": step, **record})
+
+    def _fetch_fresh_batch(self) -> StepBatch | None:
+        """Rank 0: the next API batch with its stale groups dropped, prepared; None to stop. A batch with
+        no fresh group is acknowledged at once and skipped."""
+        config, state, client = self.config, self.state, self.client
+        while not self.should_stop():
+            self.progress.set_postfix_str("waiting for a batch", refresh=True)
+            batch_id, groups = client.wait_for_batch(
+                poll_interval=BATCH_POLL_S, should_stop=self.should_stop, on_wait=self.channel.heartbeat
+            )
+            if groups is None:
+                return None
+            fresh, stale = split_stale_groups(groups, state.step, config.max_staleness)
+            state.dropped_groups += len(stale)
+            state.dropped_sequences += sum(len(g["tokens"]) for g in stale)
+            if stale:
+                logger.warning("dropped %d group(s) older than %d steps", len(stale), config.max_staleness)
+            if not fresh:
+                if batch_id is not None:
+                    client.ack(batch_id)
+                continue
+            self.inference.check()
+            state.staleness = staleness_histogram(fresh, state.step)
+            prepared = prepare_batch(fresh, config.micro_batch_size, shaping=config.score_shaping)
+            return StepBatch(batch_id, len(stale), prepared)
         return None
+
+    def _release_ranks(self) -> None:
+        """Rank 0: tell the other ranks to stop (once)."""
+        if self.main and not self.state.stop_sent:
+            self.channel.send_stop()
+            self.state.stop_sent = True
+
+    def _ack_pending(self) -> None:
+        if self.client is not None:
+            for batch_id in self.state.pending_acks:
+                self.client.ack(batch_id)
+        self.state.pending_acks.clear()
+
+    def _dropped(self) -> dict[str, int]:
+        return {"groups": self.state.dropped_groups, "sequences": self.state.dropped_sequences}
 
 
 def train(
@@ -422,241 +484,12 @@ def train(
     """
     ctx = init_distributed(config)
     try:
-        return _train(
+        run = TrainingRun(
             config.model_copy(update={"device": ctx.device}), ctx, eval_hook, should_stop, sync_hook
         )
+        return run.run()
     finally:
         shutdown_distributed(ctx)
-
-
-def _train(
-    config: TrainingConfig,
-    ctx: DistContext,
-    eval_hook: EvalHook | None,
-    should_stop: Callable[[], bool] | None,
-    sync_hook: SyncHook | None = None,
-) -> TrainingResult:
-    should_stop = should_stop or (lambda: False)
-    lora = config.is_lora
-    shared = config.weight_bridge_mode == "shared_vllm"
-    main = ctx.is_main
-    sharded = ctx.enabled and config.distributed_strategy == "fsdp"
-
-    client = AtroposClient.from_config(config) if main else None
-    if client is not None:
-        client.should_stop = should_stop  # no long retries once stopping (the API may be gone first)
-    resume_dir: Path | None = None
-    if main:
-        resume_dir = resolve_resume_path(config.resume, config.save_path)
-        client.wait_until_ready(config.api_timeout)  # before the (slow) model load: fail fast
-    resume_dir = broadcast_object(ctx, resume_dir)  # every rank loads what rank 0 found
-    seed_everything(config.seed)
-    inference = InferenceSync(config)
-    inference.active = inference.active and main
-    if shared:
-        if ctx.enabled or not config.use_vllm:
-            raise ValueError(
-                "shared_vllm trains the local server's weights: one trainer process, with --use-vllm"
-            )
-        model, tokenizer = _attach_shared_model(config, inference, resume_dir)
-    else:
-        model, tokenizer = _load_model(config, resume_dir, sharded)
-    # FSDP replaces the parameters with sharded ones: the optimizer is built over those
-    model = wrap_model(model, ctx, config.distributed_strategy)
-    optimizer = create_optimizer(trainable_parameters(unwrap_model(model)), config)
-    start_step, extra = 0, {}
-    if resume_dir is not None:
-        state = load_training_state(resume_dir, optimizer, unwrap_model(model))
-        start_step, extra = state.step, state.extra
-        logger.info("loaded checkpoint %s (step %d)", resume_dir, start_step)
-    ref_model = load_reference_model(config) if config.kl_coef > 0 and not lora else None
-    channel = BatchChannel(ctx)
-
-    api_info: dict[str, Any] = {}
-    if main:
-        client.register(config, starting_step=start_step)
-        api_info = _reconcile_with_api(
-            client, start_step, resume_dir is not None, extra.get("trained_batches")
-        )
-
-    run_log: Any = RunLogger(config, resume_run_id=extra.get("wandb_run_id")) if main else _NoLogger()
-    result = TrainingResult(
-        step=start_step, start_step=start_step, final_checkpoint=None, plot_path=None, rank=ctx.rank
-    )
-    if start_step >= config.training_steps:
-        logger.info("checkpoint %s already has %d steps: nothing to train", resume_dir, start_step)
-        result.final_checkpoint = resume_dir
-        run_log.finish()
-        inference.stop()
-        return result
-
-    def run_eval(step: int, model_dir: Path | None) -> None:
-        if eval_hook is None or not main:
-            return
-        metrics = eval_hook(step, model_dir) or {}
-        record = {f"eval/{k}": float(v) for k, v in metrics.items()}
-        if record:
-            run_log.log(step, record)
-            result.eval_history.append({"step": step, **record})
-
-    def checkpoint(step: int, final: bool) -> Path:
-        """Rank 0 writes; every rank waits until the checkpoint is complete (and, with FSDP, first sends
-        its shards to rank 0)."""
-        target = checkpoint_dir_for(config, step, final)
-        full_state = gather_full_state(model, optimizer) if sharded else None  # every rank gathers
-        if main:
-            target = save_checkpoint(
-                unwrap_model(model), tokenizer, optimizer, config, step, final=final,
-                extra={**api_info, "wandb_run_id": run_log.run_id, "trained_batches": list(pending_acks)},
-                full_state=full_state,
-            )  # fmt: skip
-        del full_state
-        barrier(ctx)
-        return target
-
-    def next_batch() -> tuple[int | None, list[dict[str, Any]] | None, Any]:
-        """Rank 0: (batch_id, stale groups, prepared batch), or Nones to stop; acks batches with no fresh
-        groups itself. Counts the groups dropped as stale and records the trained groups' staleness."""
-        while not should_stop():
-            progress.set_postfix_str("waiting for a batch", refresh=True)
-            batch_id, groups = client.wait_for_batch(
-                poll_interval=BATCH_POLL_S, should_stop=should_stop, on_wait=channel.heartbeat
-            )
-            if groups is None:
-                break
-            fresh, stale = split_stale_groups(groups, step, config.max_staleness)
-            dropped["groups"] += len(stale)
-            dropped["sequences"] += sum(len(g["tokens"]) for g in stale)
-            if stale:
-                logger.warning("dropped %d group(s) older than %d steps", len(stale), config.max_staleness)
-            if not fresh:
-                if batch_id is not None:
-                    client.ack(batch_id)
-                continue
-            inference.check()
-            staleness.clear()
-            staleness.update(staleness_histogram(fresh, step))
-            return batch_id, stale, prepare_batch(fresh, config.batch_size, shaping=config.score_shaping)
-        return None, None, None
-
-    from tqdm.auto import tqdm
-
-    dropped = {"groups": 0, "sequences": 0}  #: stale groups (and their sequences) dropped so far
-    staleness: dict[int, int] = {}  #: the trained batch's groups per staleness (steps)
-    pending_acks: list[int] = []
-    last_saved = start_step if resume_dir is not None else -1
-    step = start_step
-    progress = tqdm(
-        total=config.training_steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True,
-        disable=not main,
-    )  # fmt: skip
-    stop_sent = False
-    try:
-        # --- inference server start ---------------------------------------------------------------
-        initial_model = str(resume_dir) if (resume_dir is not None and not lora) else config.model_name
-        initial_adapter = None
-        if config.weight_bridge_mode == "lora_restart" and config.use_vllm:  # the same on every rank
-            initial_adapter = resume_dir or checkpoint(0, final=False)
-        if not shared:  # shared_vllm's server started before the model could be attached
-            inference.start(initial_model, initial_adapter)
-        if start_step == 0:
-            run_eval(0, None)
-
-        while step < config.training_steps:
-            batch_id: int | None = None
-            stale: list[Any] = []
-            if main:
-                try:
-                    batch_id, stale, prepared = next_batch()
-                except BaseException:
-                    channel.send_stop()
-                    stop_sent = True
-                    raise
-                if prepared is None:
-                    channel.send_stop()
-                    stop_sent = True
-                    break
-                prepared = channel.send_batch(prepared)
-            else:
-                prepared = channel.receive()
-                if prepared is None:
-                    break
-            metrics = run_training_step(model, optimizer, prepared, config, step, ref_model, dist=ctx)
-            if shared and config.device.startswith("cuda"):
-                torch.cuda.synchronize()  # the server's next forward pass reads the finished update
-            step += 1
-            if batch_id is not None:
-                pending_acks.append(batch_id)
-
-            final = step == config.training_steps
-            refresh_due = (
-                config.use_vllm and not shared and (step % config.vllm_restart_interval == 0 or final)
-            )
-            broadcast = refresh_due and not lora and config.refresh_mode == "broadcast"
-            ckpt_due = (
-                final
-                or (refresh_due and not broadcast)
-                or (config.checkpoint_interval > 0 and step % config.checkpoint_interval == 0)
-            )
-            saved: Path | None = None
-            if ckpt_due:
-                saved = checkpoint(step, final)
-                last_saved = step
-            if main and (ckpt_due or config.checkpoint_interval == 0):
-                for bid in pending_acks:
-                    client.ack(bid)
-                pending_acks.clear()
-
-            record = {f"train/{k}": v for k, v in metrics.items()}
-            record.update({"train/stale_groups": float(len(stale)), "train/batch_id": batch_id})
-            if main:
-                record.update(staleness_record(staleness, dropped))
-            if broadcast and inference.active:
-                record["train/refresh_s"] = inference.broadcast(unwrap_model(model))
-            elif refresh_due and saved is not None and inference.active:
-                record["train/refresh_s"] = inference.refresh(saved, step)
-            synced = refresh_due or (shared and (step % config.vllm_restart_interval == 0 or final))
-            if (final or sync_hook is not None) and broadcast and inference.active:
-                inference.wait_for_refresh()  # the servers serve the weights the hook and the end expect
-            if sync_hook is not None and inference.active and synced:
-                checks = sync_hook(step, unwrap_model(model), inference.server_root_urls) or {}
-                record.update({f"sync/{k}": float(v) for k, v in checks.items()})
-            run_log.log(step, record)
-            if main:
-                result.history.append({"step": step, **record})
-            progress.update(1)
-            progress.set_postfix(
-                loss=f"{metrics['loss']:.4f}",
-                reward=f"{metrics['kept_reward_mean']:.3f}",
-                tok_s=f"{metrics['tokens_per_s']:.0f}",
-            )
-            if saved is not None and (refresh_due or final):
-                run_eval(step, saved)
-            if final:
-                result.final_checkpoint = saved
-    finally:
-        progress.close()
-        result.step = step
-        result.stopped_early = step < config.training_steps
-        try:
-            if main and ctx.enabled and not stop_sent and step < config.training_steps:
-                channel.send_stop()  # a failure on rank 0 after a step: release the other ranks
-            if step > last_saved and step > start_step:
-                # Interrupted (or failed) after completed steps: keep them.
-                result.final_checkpoint = checkpoint(step, final=False)
-                for bid in pending_acks:
-                    client.ack(bid)
-        finally:
-            if shared:  # let go of the server's memory (IPC handles, mappings) before the server exits
-                model = optimizer = None
-                gc.collect()
-            inference.stop()
-            run_log.finish()
-            if main:
-                result.plot_path = plot_training_curves(
-                    Path(config.save_path) / "metrics.jsonl", config.resolved_plot_path, max_step=step
-                )
-    return result
 
 
 def staleness_record(histogram: Mapping[int, int], dropped: Mapping[str, int]) -> dict[str, float]:
@@ -672,40 +505,6 @@ def staleness_record(histogram: Mapping[int, int], dropped: Mapping[str, int]) -
     return record
 
 
-def _require_mode(config: TrainingConfig, modes: tuple[str, ...], fn: str) -> None:
-    if config.weight_bridge_mode not in modes:
-        raise ValueError(f"{fn} needs weight_bridge_mode in {modes}, got {config.weight_bridge_mode!r}")
-
-
-def train_legacy(config: TrainingConfig, eval_hook: EvalHook | None = None, **kwargs: Any) -> TrainingResult:
-    """Mode ``none``: full-model training; vLLM restarted (or reloaded) on each new checkpoint."""
-    _require_mode(config, ("none",), "train_legacy")
-    return train(config, eval_hook, **kwargs)
-
-
-def train_lora(config: TrainingConfig, eval_hook: EvalHook | None = None, **kwargs: Any) -> TrainingResult:
-    """Mode ``lora_only``: LoRA adapters hot-swapped into a running vLLM (``--enable-lora``)."""
-    _require_mode(config, ("lora_only",), "train_lora")
-    return train(config, eval_hook, **kwargs)
-
-
-def train_lora_restart(
-    config: TrainingConfig, eval_hook: EvalHook | None = None, **kwargs: Any
-) -> TrainingResult:
-    """Mode ``lora_restart``: LoRA adapters; vLLM restarted with each new adapter."""
-    _require_mode(config, ("lora_restart",), "train_lora_restart")
-    return train(config, eval_hook, **kwargs)
-
-
-def train_shared_vllm(
-    config: TrainingConfig, eval_hook: EvalHook | None = None, **kwargs: Any
-) -> TrainingResult:
-    """Mode ``shared_vllm``: the trainer trains the local inference server's own weights in place (one copy;
-    generation sees every optimizer step without a refresh)."""
-    _require_mode(config, ("shared_vllm",), "train_shared_vllm")
-    return train(config, eval_hook, **kwargs)
-
-
 def checkpoint_dir_for(config: TrainingConfig, step: int, final: bool = False) -> Path:
     """Where :func:`train` writes the checkpoint of ``step``."""
     return Path(config.save_path) / checkpoint_name(step, config.is_lora, final)
@@ -716,10 +515,7 @@ __all__ = [
     "SyncHook",
     "InferenceSync",
     "TrainingResult",
+    "TrainingRun",
     "checkpoint_dir_for",
     "train",
-    "train_legacy",
-    "train_lora",
-    "train_lora_restart",
-    "train_shared_vllm",
 ]

@@ -169,7 +169,11 @@ def policy_loss(
     teacher_topk_logprobs: torch.Tensor | None = None,
     student_topk_logprobs: torch.Tensor | None = None,
 ) -> LossOutput:
-    r"""The loss of one micro-batch, from per-token tensors (formulas in the module docstring).
+    r"""The loss of one micro-batch, from per-token tensors (every formula in the module docstring).
+
+    ``L = rl_coef * PG + kl_coef * sum_bt w_bt k3_bt + distill_coef * sum_bt w_bt D_bt``, times
+    ``totals.scale``, with ``PG`` the loss type's clipped objective (:func:`_policy_gradient_term`) and
+    ``w`` the token weights (:func:`token_weights`).
 
     Inputs:
         logp: [B, K] current-policy log-probability of each trained token (differentiable).
@@ -191,7 +195,6 @@ def policy_loss(
     adv = advantages.to(device=logp.device, dtype=logp.dtype)
     if adv.dim() == 1:
         adv = adv.unsqueeze(1)
-    maskf = mask.to(logp.dtype)
     lam, known = _rollout_logprobs(logp, mask, inference_logprobs)
     mismatch = torch.where(known, logp.detach() - lam, torch.zeros_like(logp))  # [B, K] log(pi / pi_infer)
 
@@ -203,25 +206,8 @@ def policy_loss(
         tis = torch.ones_like(logp)
     log_ratio = torch.where(mask, logp - old, torch.zeros_like(logp))
     ratio = torch.exp(log_ratio)  # [B, K]
-    lo, hi = 1.0 - s.clip_eps_low, 1.0 + s.clip_eps_high
     weights = token_weights(mask, s, totals)  # [B, K]
-
-    if s.loss_type == "gspo":
-        n_tok = maskf.sum(dim=1).clamp(min=1.0)  # [B]
-        seq_ratio = torch.exp((log_ratio * maskf).sum(dim=1) / n_tok)  # [B]
-        seq_adv = (adv * maskf).sum(dim=1) / n_tok if adv.shape[1] > 1 else adv[:, 0]  # [B]
-        seq_tis = (tis * maskf).sum(dim=1) / n_tok  # [B]
-        per_seq = -torch.minimum(seq_ratio * seq_adv, seq_ratio.clamp(lo, hi) * seq_adv) * seq_tis
-        has = (maskf.sum(dim=1) > 0).to(logp.dtype)
-        rl = (per_seq * has).sum() / max(totals.sequences, 1.0)
-        outside = ((seq_ratio < lo) | (seq_ratio > hi)).unsqueeze(1) & mask
-    else:
-        if s.loss_type == "cispo":
-            per_token = -ratio.clamp(lo, hi).detach() * adv * logp
-        else:
-            per_token = -torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv)
-        rl = (weights * tis * per_token).sum()
-        outside = ((ratio < lo) | (ratio > hi)) & mask
+    rl, outside = _policy_gradient_term(logp, mask, adv, log_ratio, ratio, tis, weights, s, totals)
     loss = s.rl_coef * rl
 
     kl = None
@@ -244,6 +230,42 @@ def policy_loss(
     with torch.no_grad():
         metrics = _metrics(logp, mask, adv, ratio, outside, known, mismatch, s, kl, distill)
     return LossOutput(loss=loss, metrics=metrics, token_logprobs=logp.detach(), mask=mask)
+
+
+def _policy_gradient_term(
+    logp: torch.Tensor,
+    mask: torch.Tensor,
+    adv: torch.Tensor,
+    log_ratio: torch.Tensor,
+    ratio: torch.Tensor,
+    tis: torch.Tensor,
+    weights: torch.Tensor,
+    s: LossSettings,
+    totals: StepTotals,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rl, outside)``: the clipped policy-gradient loss of the loss type (a scalar, already weighted) and
+    the [B, K] mask of trained tokens whose ratio lies outside ``[1 - eps_lo, 1 + eps_hi]``.
+
+    Per token (grpo, dr_grpo, dapo): ``w * tis * -min(r A, clip(r) A)``; cispo: ``w * tis * -sg(clip(r)) A l``;
+    gspo: per sequence, ``-min(s A, clip(s) A) * mean_t(tis)`` with ``s_b = exp(mean_t log r_bt)``, over ``N``.
+    """
+    lo, hi = 1.0 - s.clip_eps_low, 1.0 + s.clip_eps_high
+    if s.loss_type == "gspo":
+        maskf = mask.to(logp.dtype)
+        n_tok = maskf.sum(dim=1).clamp(min=1.0)  # [B]
+        seq_ratio = torch.exp((log_ratio * maskf).sum(dim=1) / n_tok)  # [B]
+        seq_adv = (adv * maskf).sum(dim=1) / n_tok if adv.shape[1] > 1 else adv[:, 0]  # [B]
+        seq_tis = (tis * maskf).sum(dim=1) / n_tok  # [B]
+        per_seq = -torch.minimum(seq_ratio * seq_adv, seq_ratio.clamp(lo, hi) * seq_adv) * seq_tis
+        has = (maskf.sum(dim=1) > 0).to(logp.dtype)
+        rl = (per_seq * has).sum() / max(totals.sequences, 1.0)
+        return rl, ((seq_ratio < lo) | (seq_ratio > hi)).unsqueeze(1) & mask
+    if s.loss_type == "cispo":
+        per_token = -ratio.clamp(lo, hi).detach() * adv * logp
+    else:
+        per_token = -torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv)
+    rl = (weights * tis * per_token).sum()
+    return rl, ((ratio < lo) | (ratio > hi)) & mask
 
 
 def _term_weights(weights: torch.Tensor, mask: torch.Tensor, s: LossSettings, totals: StepTotals):
@@ -393,7 +415,7 @@ def compute_grpo_loss(
         teacher_topk_ids / teacher_topk_logprobs: [B, K, k] the teacher's top-k (ids < 0 / ``NaN``:
             padding), for the forward-KL distillation term.
 
-    Without ``settings`` this is the original trainer's loss with standard PPO clipping (``grpo``,
+    Without ``settings`` this is the ``grpo`` loss with standard PPO clipping (``grpo``,
     ``clip_eps`` both ways, ``kl_coef``); without ``totals`` the step is this micro-batch repeated
     ``gradient_accumulation_steps`` times (``G`` may be fractional), so the ``grpo`` loss is
 
@@ -404,8 +426,8 @@ def compute_grpo_loss(
             + \beta\,\mathrm{k3}_{bt}\Big)
 
     Standard PPO clipping for both signs of the advantage: for ``A < 0`` the gradient vanishes once
-    ``r < 1 - eps`` and is kept for ``r > 1 + eps``. The original trainer used ``-max(r A, clip(r) A)``
-    for ``A < 0``, which zeroes the gradient exactly where the policy has drifted towards a bad token.
+    ``r < 1 - eps`` and is kept for ``r > 1 + eps``; ``-max(r A, clip(r) A)`` for ``A < 0`` would zero
+    the gradient exactly where the policy has drifted towards a bad token.
     """
     if settings is None:
         settings = LossSettings(clip_eps_low=clip_eps, clip_eps_high=clip_eps, kl_coef=kl_coef)

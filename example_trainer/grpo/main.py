@@ -64,7 +64,7 @@ class StopFlag:
 
 def run(config: TrainingConfig, should_stop=None):
     """Dispatch on ``config.weight_bridge_mode`` to the matching ``train_*`` function."""
-    from example_trainer.grpo import loop as trainers
+    from example_trainer.grpo import modes as trainers
 
     dispatch = {
         "none": trainers.train_legacy,

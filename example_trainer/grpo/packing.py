@@ -8,7 +8,7 @@ subset of them, so every per-token field travels with its row whatever the group
 
 :func:`plan_micro_batches` decides the grouping:
 
-* ``token_budget`` None: ``batch_size`` rows at a time, in batch order (the original trainer's rule).
+* ``token_budget`` None: ``micro_batch_size`` rows at a time, in batch order.
 * ``token_budget`` set, ``packed``: rows laid end to end without padding; first-fit decreasing by length,
   so each micro-batch holds at most ``token_budget`` tokens.
 * ``token_budget`` set, padded: rows sorted by length and grouped so that ``rows x longest row`` (the
@@ -96,12 +96,14 @@ def micro_batch_tokens(lengths: Sequence[int], packed: bool) -> int:
 
 
 def plan_micro_batches(
-    lengths: Sequence[int], batch_size: int, token_budget: int | None = None, packed: bool = False
+    lengths: Sequence[int], micro_batch_size: int, token_budget: int | None = None, packed: bool = False
 ) -> list[list[int]]:
     """Row indices of each micro-batch (see the module docstring); every row appears exactly once."""
     n = len(lengths)
     if token_budget is None:
-        return [list(range(start, min(start + batch_size, n))) for start in range(0, n, batch_size)]
+        return [
+            list(range(start, min(start + micro_batch_size, n))) for start in range(0, n, micro_batch_size)
+        ]
     order = sorted(range(n), key=lambda i: (-lengths[i], i))  # longest first
     groups: list[list[int]] = []
     if packed:  # first-fit decreasing
@@ -126,7 +128,7 @@ def plan_micro_batches(
 
 def micro_batches(
     batch: PreparedBatch,
-    batch_size: int,
+    micro_batch_size: int,
     token_budget: int | None = None,
     packed: bool = False,
     shard: tuple[int, int] | None = None,
@@ -137,7 +139,7 @@ def micro_batches(
     rows = batch_rows(batch.micro_batches)
     start, end = shard if shard is not None else (0, batch.num_sequences)
     lengths = row_lengths(rows.labels[start:end])
-    plan = plan_micro_batches(lengths, batch_size, token_budget, packed)
+    plan = plan_micro_batches(lengths, micro_batch_size, token_budget, packed)
     result: list[MicroBatch | None] = [select_rows(rows, [start + i for i in group]) for group in plan]
     return result + [None] * max(0, (count or 0) - len(result))
 

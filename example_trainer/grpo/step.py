@@ -6,7 +6,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -328,107 +328,152 @@ def run_training_step(
     the columns from its first trained position: padding and prompt-only columns cost nothing, and the
     result is the same as on the full padded batch.
 
-    Micro-batches are ``config.batch_size`` sequences, or with ``config.micro_batch_tokens`` as many as fit
+    Micro-batches are ``config.micro_batch_size`` sequences, or with ``config.micro_batch_tokens`` as many as fit
     that many tokens (:mod:`example_trainer.grpo.packing`); they run packed, without padding, where
     :func:`use_packing` says so. Log-probabilities come from the output head run a chunk of positions at a
     time (:mod:`example_trainer.grpo.logprobs`): the ``[B, K, V]`` logits never exist at once.
 
-    ``share_prefixes`` (default: on for one process without a KL term, micro-batches of ``batch_size``
-    padded rows): rows that share their tokens up to their first trained position (the completions of one
+    ``share_prefixes`` (default: on for one process without a KL term, micro-batches of
+    ``micro_batch_size`` padded rows): rows that share their tokens up to their first trained position (the completions of one
     prompt) run that prefix through the model once (see :func:`shared_prefix_layout`); the loss and
     gradients are those of the row-by-row computation.
     """
     ctx = dist or DistContext(device=config.device)
     packed = use_packing(config, model)
-    budget = config.micro_batch_tokens
     if share_prefixes is None:
-        share_prefixes = (
-            not ctx.enabled
-            and config.kl_coef == 0
-            and budget is None
-            and not packed
-            and supports_shared_prefixes(model)
-        )
+        share_prefixes = _shares_prefixes_by_default(config, model, ctx, packed)
     lr = lr_at_step(step, config.lr, config.warmup_steps)
     for group in optimizer.param_groups:
         group["lr"] = lr
-    device = ctx.device
-    if ctx.enabled:
-        micro: list[MicroBatch | None] = local_micro_batches(batch, ctx, config.batch_size, budget, packed)
-    elif budget is not None or packed:
-        micro = micro_batches(batch, config.batch_size, budget, packed)
-    else:
-        micro = list(batch.micro_batches)
-    settings = config.loss_settings
-    n_global = batch.num_sequences
+    micro = _step_micro_batches(batch, config, ctx, packed)
     totals = StepTotals(
-        sequences=n_global,
+        sequences=batch.num_sequences,
         tokens=batch.num_trained_tokens,
         longest=batch.longest_completion,
         completion_budget=config.max_completion_tokens,
         scale=ctx.world_size,  # gradients are averaged over the ranks
     )
-    sums: dict[str, float] = {}
-    maxima: dict[str, float] = {}  #: metrics that are maxima over the micro-batches (``*_max``)
-    total_loss = 0.0
+    sums = StepSums()
     start = time.perf_counter()
-    computed = 0
     for index, mb in enumerate(micro):
         window = trained_window(mb.labels) if mb is not None else None
         with no_sync(model, last=index == len(micro) - 1):
             if mb is None or window is None:  # nothing to learn from this micro-batch
                 if ctx.enabled:
-                    _participate(model, device)
+                    _participate(model, ctx.device)
                 continue
             layout = shared_prefix_layout(mb) if share_prefixes else None
             if layout is not None:
-                logits = shared_prefix_logits(model, layout, device)
-                teacher = layout.suffix_teacher
-                out = compute_grpo_loss(
-                    logits,
-                    layout.suffix_labels.to(device),
-                    layout.suffix_advantages.to(device),
-                    mb.temperatures.to(device),
-                    None if layout.suffix_logprobs is None else layout.suffix_logprobs.to(device),
-                    settings=settings,
-                    totals=totals,
-                    teacher_topk_ids=None if teacher is None else teacher[0].to(device),
-                    teacher_topk_logprobs=None if teacher is None else teacher[1].to(device),
-                    teacher_logprobs=None if teacher is None else teacher[2].to(device),
-                )
-                del logits
+                out = _shared_prefix_loss(model, mb, layout, config, totals, ctx.device)
             else:
-                out = _micro_batch_loss(model, ref_model, mb, window, config, totals, packed, device)
+                out = _micro_batch_loss(model, ref_model, mb, window, config, totals, packed, ctx.device)
             out.loss.backward()
-        computed += 1
-        total_loss += float(out.loss.detach())
-        for key, value in out.metrics.items():
-            if key.endswith("_max"):
-                maxima[key] = max(maxima.get(key, value), value)
-            else:
-                sums[key] = sums.get(key, 0.0) + value
+        sums.add(out)
         del out
+    grad_norm = _optimizer_step(optimizer, config, ctx.device)
+    sums.sums, sums.computed, sums.total_loss = gather_step_sums(
+        ctx, sums.sums, sums.computed, sums.total_loss
+    )
+    return sums.metrics(batch, lr, grad_norm, time.perf_counter() - start)
+
+
+def _shares_prefixes_by_default(config: TrainingConfig, model: Any, ctx: DistContext, packed: bool) -> bool:
+    """Prompt sharing is on for one process without a KL term and with padded micro-batches of
+    ``micro_batch_size`` rows, where the model takes the arguments it needs."""
+    return (
+        not ctx.enabled
+        and config.kl_coef == 0
+        and config.micro_batch_tokens is None
+        and not packed
+        and supports_shared_prefixes(model)
+    )
+
+
+def _step_micro_batches(
+    batch: PreparedBatch, config: TrainingConfig, ctx: DistContext, packed: bool
+) -> list[MicroBatch | None]:
+    """This rank's micro-batches of ``batch`` (None: a rank's filler with nothing to train)."""
+    budget = config.micro_batch_tokens
+    if ctx.enabled:
+        return local_micro_batches(batch, ctx, config.micro_batch_size, budget, packed)
+    if budget is not None or packed:
+        return list(micro_batches(batch, config.micro_batch_size, budget, packed))
+    return list(batch.micro_batches)
+
+
+def _shared_prefix_loss(
+    model: Any,
+    mb: MicroBatch,
+    layout: SharedPrefixLayout,
+    config: TrainingConfig,
+    totals: StepTotals,
+    device: str,
+) -> LossOutput:
+    """The loss of a micro-batch run as distinct prompts plus per-row suffixes (:func:`shared_prefix_logits`)."""
+    logits = shared_prefix_logits(model, layout, device)  # [B, S, V]
+    teacher = layout.suffix_teacher
+
+    def on_device(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.to(device)
+
+    return compute_grpo_loss(
+        logits,
+        layout.suffix_labels.to(device),
+        layout.suffix_advantages.to(device),
+        mb.temperatures.to(device),
+        on_device(layout.suffix_logprobs),
+        settings=config.loss_settings,
+        totals=totals,
+        teacher_topk_ids=None if teacher is None else teacher[0].to(device),
+        teacher_topk_logprobs=None if teacher is None else teacher[1].to(device),
+        teacher_logprobs=None if teacher is None else teacher[2].to(device),
+    )
+
+
+def _optimizer_step(optimizer: torch.optim.Optimizer, config: TrainingConfig, device: str) -> float:
+    """Clip the gradients to ``max_grad_norm``, step, clear them; returns the norm before clipping."""
     params = [p for g in optimizer.param_groups for p in g["params"]]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
-    sums, computed, total_loss = gather_step_sums(ctx, sums, computed, total_loss)
-    elapsed = time.perf_counter() - start
+    return float(grad_norm)
 
-    averaged = max(computed, 1)
-    metrics = {k: v / averaged for k, v in sums.items() if not k.endswith("_count") and k != "trained_tokens"}
-    metrics.update({k: v for k, v in sums.items() if k.endswith("_count") or k == "trained_tokens"})
-    metrics.update(maxima)  # this rank's micro-batches (rank 0 logs)
-    metrics.update(
-        loss=total_loss,
-        lr=lr,
-        grad_norm=float(grad_norm),
-        step_time_s=elapsed,
-        tokens_per_s=batch.num_tokens / elapsed if elapsed > 0 else 0.0,
-        kept_reward_mean=batch.mean_score,
-        num_sequences=float(batch.num_sequences),
-        num_tokens=float(batch.num_tokens),
-    )
-    return metrics
+
+@dataclass
+class StepSums:
+    """The micro-batches' metrics summed over a step (``*_max`` metrics: their maximum)."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    maxima: dict[str, float] = field(default_factory=dict)
+    total_loss: float = 0.0
+    computed: int = 0  #: micro-batches that trained something
+
+    def add(self, out: LossOutput) -> None:
+        self.computed += 1
+        self.total_loss += float(out.loss.detach())
+        for key, value in out.metrics.items():
+            if key.endswith("_max"):
+                self.maxima[key] = max(self.maxima.get(key, value), value)
+            else:
+                self.sums[key] = self.sums.get(key, 0.0) + value
+
+    def metrics(self, batch: PreparedBatch, lr: float, grad_norm: float, elapsed: float) -> dict[str, float]:
+        """The step's metrics: per-micro-batch means, counts summed, maxima, and the step's own figures."""
+        averaged = max(self.computed, 1)
+        counted = {k for k in self.sums if k.endswith("_count") or k == "trained_tokens"}
+        metrics = {k: v / averaged for k, v in self.sums.items() if k not in counted}
+        metrics.update({k: self.sums[k] for k in counted})
+        metrics.update(self.maxima)  # this rank's micro-batches (rank 0 logs)
+        metrics.update(
+            loss=self.total_loss,
+            lr=lr,
+            grad_norm=grad_norm,
+            step_time_s=elapsed,
+            tokens_per_s=batch.num_tokens / elapsed if elapsed > 0 else 0.0,
+            kept_reward_mean=batch.mean_score,
+            num_sequences=float(batch.num_sequences),
+            num_tokens=float(batch.num_tokens),
+        )
+        return metrics

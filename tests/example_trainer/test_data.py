@@ -94,7 +94,7 @@ def test_temperature_precedence():
 
 def test_micro_batches_flatten_groups_in_order_last_may_be_short():
     groups = [make_group(n=3, seed=1), make_group(n=2, seed=2)]
-    batch = prepare_batch(groups, batch_size=2)
+    batch = prepare_batch(groups, micro_batch_size=2)
     assert [mb.num_sequences for mb in batch.micro_batches] == [2, 2, 1]
     flat = [seq for g in groups for seq in g["tokens"]]
     got = torch.cat([mb.tokens for mb in batch.micro_batches])

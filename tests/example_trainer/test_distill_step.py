@@ -25,7 +25,7 @@ def _with_teacher(group: dict, k: int = 3) -> dict:
 
 def test_teacher_rows_are_shifted_like_the_labels():
     group = _with_teacher(make_group(n=2, lengths=[6, 8], seed=1))
-    mb = prepare_batch([group], batch_size=2).micro_batches[0]
+    mb = prepare_batch([group], micro_batch_size=2).micro_batches[0]
     trained = mb.labels != IGNORE_INDEX
     assert mb.teacher_topk_ids.shape == (*mb.labels.shape, 3)
     # model position t predicts token t + 1: the teacher's first entry there is the label itself
@@ -36,11 +36,11 @@ def test_teacher_rows_are_shifted_like_the_labels():
 
 
 def test_a_group_without_teacher_fields_has_no_teacher_tensors_and_a_misaligned_row_is_ignored():
-    plain = prepare_batch([make_group(n=2, seed=2)], batch_size=2)
+    plain = prepare_batch([make_group(n=2, seed=2)], micro_batch_size=2)
     assert not plain.has_teacher and plain.micro_batches[0].teacher_topk_ids is None
     group = _with_teacher(make_group(n=2, lengths=[6, 8], seed=3))
     group["distill_logprobs"][1] = group["distill_logprobs"][1][:-1]  # one position short
-    mb = prepare_batch([group], batch_size=2).micro_batches[0]
+    mb = prepare_batch([group], micro_batch_size=2).micro_batches[0]
     assert torch.isnan(mb.teacher_logprobs[1]).all() and not torch.isnan(mb.teacher_logprobs[0]).all()
 
 
@@ -57,7 +57,7 @@ def test_score_shaping_estimators_and_overlong_penalty():
 @pytest.fixture(scope="module")
 def tiny_config(tiny_model_dir, tmp_path_factory):
     return TrainingConfig(
-        model_name=str(tiny_model_dir), device="cpu", optimizer="adamw", lr=1e-3, batch_size=4,
+        model_name=str(tiny_model_dir), device="cpu", optimizer="adamw", lr=1e-3, micro_batch_size=4,
         save_path=str(tmp_path_factory.mktemp("ckpt")), max_grad_norm=1e9,
     )  # fmt: skip
 

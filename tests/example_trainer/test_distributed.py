@@ -76,7 +76,7 @@ def test_each_rank_gets_its_own_cuda_device():
 @pytest.mark.parametrize(("n", "world", "bs"), [(6, 2, 2), (7, 2, 2), (5, 3, 4), (1, 2, 2), (9, 4, 1)])
 def test_shards_cover_every_sequence_once_with_equal_micro_batch_counts(n, world, bs):
     groups = [make_group(n=1, seed=i, prompt_len=2, scores=[float(i)]) for i in range(n)]
-    batch = prepare_batch(groups, batch_size=bs)
+    batch = prepare_batch(groups, micro_batch_size=bs)
     seen, counts = [], set()
     for rank in range(world):
         start, end = shard_bounds(n, rank, world)

@@ -139,7 +139,7 @@ def test_token_budget_is_never_exceeded(packed):
             rng.choice([rng.randint(0, 40), rng.randint(100, 2000)]) for _ in range(rng.randint(1, 40))
         ]
         budget = rng.randint(max(lengths) if lengths else 1, 6000)
-        plan = plan_micro_batches(lengths, batch_size=4, token_budget=budget, packed=packed)
+        plan = plan_micro_batches(lengths, micro_batch_size=4, token_budget=budget, packed=packed)
         assert sorted(i for group in plan for i in group) == list(range(len(lengths)))
         for group in plan:
             assert micro_batch_tokens([lengths[i] for i in group], packed) <= budget
@@ -150,10 +150,14 @@ def test_token_budget_is_never_exceeded(packed):
 
 def test_a_row_longer_than_the_budget_is_alone_and_sorting_groups_equal_lengths():
     lengths = [500, 120, 30, 118, 33, 119, 29, 31]
-    plan = plan_micro_batches(lengths, batch_size=2, token_budget=360)
+    plan = plan_micro_batches(lengths, micro_batch_size=2, token_budget=360)
     assert [0] in plan
     assert sorted(plan) == [[0], [1, 3, 5], [2, 4, 6, 7]]  # 3 x 120 and 4 x 33: rows of near-equal length
-    assert plan_micro_batches(lengths, batch_size=3) == [[0, 1, 2], [3, 4, 5], [6, 7]]  # no budget: as before
+    assert plan_micro_batches(lengths, micro_batch_size=3) == [
+        [0, 1, 2],
+        [3, 4, 5],
+        [6, 7],
+    ]  # no budget: as before
 
 
 def _batch_with_every_field(n: int = 7) -> MicroBatch:
@@ -188,7 +192,7 @@ def test_micro_batches_regroup_rows_and_ranks_get_equal_counts():
     batch = prepare_batch(groups, 4)
     rows = batch_rows(batch.micro_batches)
     lengths = row_lengths(rows.labels)
-    plan = micro_batches(batch, batch_size=4, token_budget=64, packed=True)
+    plan = micro_batches(batch, micro_batch_size=4, token_budget=64, packed=True)
     row_of = {tuple(r.tolist()): i for i, r in enumerate(rows.labels)}
     seen = []
     for mb in plan:
@@ -235,7 +239,7 @@ def _step(tiny_model_dir, tmp_path, share_prefixes=False, **settings):
 
     cfg = TrainingConfig(
         model_name=str(tiny_model_dir), device="cpu", optimizer="adamw", save_path=str(tmp_path),
-        max_grad_norm=1e9, batch_size=3, **settings,
+        max_grad_norm=1e9, micro_batch_size=3, **settings,
     )  # fmt: skip
     model, _ = load_model_and_tokenizer(cfg)
     model.double()
