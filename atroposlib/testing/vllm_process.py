@@ -19,7 +19,7 @@ from atroposlib.testing.api_process import free_port
 from atroposlib.utils.processes import read_tail, start_service, stop_process, wait_until_ok
 
 #: ``entrypoint`` values: the plain vLLM OpenAI server, or the trainer's server that adds the
-#: original's ``/generate``, ``/health_generate``, ``/bridge/*`` and ``/lora/*`` routes.
+#: ``/generate``, ``/health_generate``, ``/bridge/*`` and ``/lora/*`` routes.
 ENTRYPOINTS = {
     "vllm": ["-m", "vllm.entrypoints.openai.api_server"],
     "atropos": ["-m", "example_trainer.inference.vllm_api_server"],

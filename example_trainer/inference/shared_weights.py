@@ -18,8 +18,8 @@ slices of ``qkv_proj`` and ``gate_proj``/``up_proj`` of ``gate_up_proj``. ``opti
 writes the served weights in place: the next forward pass of the server uses them, with no reload.
 
 Both processes must run on the same machine (and, for CUDA, see the same GPU). A generation that is
-running while the optimizer writes sees a mixture of the two steps' weights for its remaining tokens, as
-in the original; the server's prefix cache must be off (keys and values computed with older weights would
+running while the optimizer writes sees a mixture of the two steps' weights for its remaining tokens; the
+server's prefix cache must be off (keys and values computed with older weights would
 be reused), which the trainer's launcher does.
 """
 
@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 #: Set to 1 in the inference server's environment to serve from shareable weights (vLLM: plain
 #: ``F.linear`` over the parameters instead of CPU kernels that pre-pack a private copy of them).
 SHARED_WEIGHTS_ENV = "ATROPOS_SHARED_WEIGHTS"
-#: The original's switch for the same thing; honoured as well.
+#: compat: Atropos's name for the same switch; honoured as well.
 LEGACY_SHARED_WEIGHTS_ENV = "VLLM_ENABLE_SHARED_WEIGHTS"
 MANIFEST_FORMAT = 1
 #: vLLM's fused parameters and the Hugging Face parameters stacked (along dim 0) inside them, in order.

@@ -31,7 +31,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from example_trainer.inference.vllm_api_server import ApiError, _api_error_handler, _json_body
+from example_trainer.inference.routes.errors import ApiError, api_error_handler, json_body
 
 logger = logging.getLogger("atropos-teacher-server")
 
@@ -139,13 +139,13 @@ def completion_body(request: ScoringRequest, scorer: Scorer, served_name: str) -
 def build_app(scorer: Scorer, served_name: str, api_key: str | None) -> FastAPI:
     """The FastAPI app serving ``scorer``."""
     app = FastAPI(title="atroposlib teacher scoring server")
-    app.add_exception_handler(ApiError, _api_error_handler)
+    app.add_exception_handler(ApiError, api_error_handler)
 
     @app.middleware("http")
     async def _auth(request: Request, call_next: Any) -> Response:
         if api_key and request.url.path != "/health":
             if request.headers.get("authorization") != f"Bearer {api_key}":
-                return await _api_error_handler(request, ApiError(401, "unauthorized"))
+                return await api_error_handler(request, ApiError(401, "unauthorized"))
         return await call_next(request)
 
     @app.get("/health")
@@ -159,7 +159,7 @@ def build_app(scorer: Scorer, served_name: str, api_key: str | None) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(request: Request) -> JSONResponse:
         try:
-            body = ScoringRequest.model_validate(await _json_body(request))
+            body = ScoringRequest.model_validate(await json_body(request))
         except ValidationError as exc:
             err = exc.errors()[0]
             raise ApiError(400, f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}") from None

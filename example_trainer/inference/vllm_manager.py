@@ -5,7 +5,7 @@ waits for ``GET /health``, logs it to a file per launch, and refreshes it after 
 one of four ways (:data:`RefreshMode`):
 
 ``restart``       stop the server and start it again on the checkpoint directory, under the
-                  original model name (``--served-model-name``) so environments keep working;
+                  first model's name (``--served-model-name``) so environments keep working;
 ``reload``        ``POST /bridge/update_weights``: the running engine reloads the checkpoint in
                   place (no restart; falls back to ``restart`` if the server cannot);
 ``lora``          hot-swap: load the adapter directory under a new name and make it the active

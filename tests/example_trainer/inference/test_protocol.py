@@ -17,13 +17,12 @@ from vllm.logprobs import Logprob  # noqa: E402
 from vllm.outputs import CompletionOutput, RequestOutput  # noqa: E402
 from vllm.sampling_params import RequestOutputKind  # noqa: E402
 
-from example_trainer.inference.vllm_api_server import (  # noqa: E402
-    BadRequest,
+from example_trainer.inference.routes.errors import BadRequest  # noqa: E402
+from example_trainer.inference.routes.lora import list_adapter_dirs, read_adapter_config  # noqa: E402
+from example_trainer.inference.vllm_api_server import normalize_argv  # noqa: E402
+from example_trainer.inference.vllm_protocol import (  # noqa: E402
     format_generate_response,
-    list_adapter_dirs,
-    normalize_argv,
     parse_generate_request,
-    read_adapter_config,
     stream_chunk,
 )
 
