@@ -26,6 +26,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Generic, Optional, TypeVar, Union
@@ -41,7 +42,6 @@ from atroposlib.envs.serve.jsonl_sink import first_free_path
 from atroposlib.envs.serve.runtime import EnvRunner
 from atroposlib.envs.serve.scheduling import derived_batch_size as _derived_batch_size
 from atroposlib.envs.serve.sending import describe_item
-from atroposlib.envs.serve.wandb_logging import write_evaluation_files
 from atroposlib.envs.server_handling.openai_server import resolve_openai_configs
 from atroposlib.envs.server_handling.server_baseline import (
     APIServer,
@@ -68,6 +68,15 @@ def load_tokenizer(name: str) -> Any:
     unreachable and the tokenizer is not cached), see :func:`~atroposlib.utils.hf_tokenizers.load_hf_tokenizer`.
     """
     return ensure_token_list_chat_template(load_hf_tokenizer(name, flag="--env.tokenizer_name"))
+
+
+def _jsonable(value: Any) -> Any:
+    """A JSON-encodable form of ``value`` (arrays and tensors as lists, models as dicts, else ``str``)."""
+    for attr in ("tolist", "model_dump", "item"):
+        fn = getattr(value, attr, None)
+        if callable(fn):
+            return fn()
+    return str(value)
 
 
 T = TypeVar("T")
@@ -401,15 +410,15 @@ class BaseEnv(ABC):
         return await self.runner.pool.collect(item_uuid)
 
     async def handle_send_to_api(
-        self,
-        scored_data: Any,
-        item: Any = None,
-        do_send_to_api: bool = True,
+        self, scored_data: Any, item: Any = None, do_send_to_api: bool = True,
         abort_on_any_max_length_exceeded: bool = True,
-    ) -> int:
-        """Check, record and (optionally) send groups; returns the number accepted (:meth:`GroupSender.send`)."""
+    ) -> int:  # fmt: skip
+        """Check, record and (optionally) send groups; returns the number accepted (:meth:`GroupSender.send`).
+
+        ``do_send_to_api=False`` records without sending (``process``); ``abort_on_any_max_length_exceeded``
+        drops groups with a sequence at or over the trainer's ``max_token_len``."""
         return await self.runner.sender.send(
-            scored_data, item, do_send_to_api, abort_on_any_max_length_exceeded
+            scored_data, item, to_api=do_send_to_api, check_lengths=abort_on_any_max_length_exceeded
         )
 
     async def _send_scored_data_to_api(self, scored_data: Any) -> SendOutcome:
@@ -465,21 +474,59 @@ class BaseEnv(ABC):
         verbose: bool = True,
         subtasks: Optional[dict[str, dict[str, Any]]] = None,
     ) -> None:
-        """Write evaluation results under ``data_dir_to_save_evals``, recorded at ``curr_step``
-        (:func:`~atroposlib.envs.serve.wandb_logging.write_evaluation_files`)."""
-        write_evaluation_files(
-            self,
-            metrics,
-            step=self.curr_step,
-            task_name=task_name,
-            model_name=model_name,
-            start_time=start_time,
-            end_time=end_time,
-            generation_parameters=generation_parameters,
-            samples=samples,
-            verbose=verbose,
-            subtasks=subtasks,
+        """Write evaluation results under ``data_dir_to_save_evals`` (no-op with a warning when unset).
+
+        ``metrics.json`` = ``{"config_general": {model_name, total_evaluation_time_seconds (str),
+        generation_parameters ({"max_new_tokens": max_token_length, **given})}, "results":
+        {"atropos|<task>|0": metrics, "all": metrics}}``, plus ``"atropos|<task>:<subtask>|0": metrics`` for
+        each of ``subtasks`` (lighteval's subtask entries); ``samples.jsonl`` (one JSON object per sample) when
+        samples are given. Both hold the latest evaluation; every evaluation is also appended to
+        ``metrics_history.jsonl`` with ``curr_step``, so periodic evals are not lost.
+        """
+        config = self.config
+        if config.data_dir_to_save_evals is None:
+            logger.warning(
+                "[%s] data_dir_to_save_evals is not set: evaluation results not written", self.env_label
+            )
+            return
+        directory = Path(config.data_dir_to_save_evals)
+        directory.mkdir(parents=True, exist_ok=True)
+        task_name = task_name or f"{self.name or type(self).__name__}_eval"
+        if model_name is None:
+            model_name = getattr(config, "model_name", None)
+        if model_name is None:
+            servers = getattr(self.server, "servers", None) or []
+            model_name = getattr(getattr(servers[0], "config", None), "model_name", None) if servers else None
+        now = time.time()
+        start_time = now if start_time is None else start_time
+        end_time = now if end_time is None else end_time
+        if verbose:
+            try:
+                from atroposlib.utils.display import display_metrics_table
+
+                display_metrics_table(task_name, metrics, start_time, end_time)
+            except ImportError:
+                logger.info("[%s] %s: %s", self.env_label, task_name, metrics)
+        params = {"max_new_tokens": config.max_token_length, **(generation_parameters or {})}
+        general = {"model_name": model_name, "total_evaluation_time_seconds": str(end_time - start_time)}
+        result = {
+            "config_general": {**general, "generation_parameters": params},
+            "results": {f"atropos|{task_name}|0": metrics, "all": metrics},
+        }
+        for subtask, values in (subtasks or {}).items():
+            result["results"][f"atropos|{task_name}:{subtask}|0"] = values
+        (directory / "metrics.json").write_text(
+            json.dumps(result, indent=2, default=_jsonable), encoding="utf-8"
         )
+        with open(directory / "metrics_history.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(
+                json.dumps({"step": self.curr_step, "time": end_time, **result}, default=_jsonable) + "\n"
+            )
+        logger.info("[%s] evaluation results written to %s", self.env_label, directory / "metrics.json")
+        if samples:
+            with open(directory / "samples.jsonl", "w", encoding="utf-8") as fh:
+                for sample in samples:
+                    fh.write(json.dumps(sample, default=_jsonable) + "\n")
 
     # ------------------------------------------------------------------------------------------------------
     # Command line (implemented in atroposlib.envs.cli)

@@ -275,11 +275,7 @@ class GroupSender:
         return group
 
     async def send(
-        self,
-        scored_data: Any,
-        item: Any = None,
-        do_send_to_api: bool = True,
-        abort_on_any_max_length_exceeded: bool = True,
+        self, scored_data: Any, item: Any = None, *, to_api: bool = True, check_lengths: bool = True
     ) -> int:
         """Check, record and (optionally) send what ``collect_trajectories``/``postprocess_histories`` returned.
 
@@ -289,18 +285,19 @@ class GroupSender:
         its reason. Accepted groups get every optional key (None when absent), ``messages`` rebuilt from the
         tokens when ``include_messages`` is set, are offered to the env's ``add_rollouts_for_wandb``, appended to
         the JSONL file when configured, and finally sent in one request with :meth:`deliver` (the single dict
-        when one group was given, else the list). Returns the number accepted.
+        when one group was given, else the list) unless ``to_api`` is False. ``check_lengths`` drops groups
+        with a sequence at or over the trainer's ``max_token_len`` (when known). Returns the number accepted.
         """
         single = not isinstance(scored_data, (list, tuple))
         groups = [scored_data] if single else list(scored_data)
         max_token_len = self.runner.max_token_len
-        if abort_on_any_max_length_exceeded and max_token_len <= 0 and not self._warned_no_max_len:
+        if check_lengths and max_token_len <= 0 and not self._warned_no_max_len:
             self._warned_no_max_len = True
             logger.warning(
                 "[%s] the trainer's max_token_len is unknown: sequence lengths are not checked",
                 self.env.env_label,
             )
-        enforce_length = abort_on_any_max_length_exceeded and max_token_len > 0
+        enforce_length = check_lengths and max_token_len > 0
         accepted: list[dict[str, Any]] = []
         for raw in groups:
             if raw is not None:
@@ -308,7 +305,7 @@ class GroupSender:
                 if group is not None:
                     accepted.append(group)
         self.groups_accepted_total += len(accepted)
-        if accepted and do_send_to_api:
+        if accepted and to_api:
             stamp_policy_step(accepted, POLICY_STEP.get(), self.runner.curr_step)
             payload: Any = accepted[0] if single and len(accepted) == 1 else accepted
             self.runner.items_sent_this_step += len(accepted)

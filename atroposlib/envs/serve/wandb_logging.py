@@ -1,8 +1,7 @@
-"""Metrics of an environment: Weights & Biases runs, the rollout table, perf stats and evaluation files.
+"""Metrics of an environment: Weights & Biases runs, the rollout table and perf stats.
 
 :class:`WandbReporter` belongs to an :class:`~atroposlib.envs.serve.runtime.EnvRunner`: it holds the wandb run
 and the buffers logged by ``BaseEnv.wandb_log`` (completion lengths, rollouts for the table, timings).
-:func:`write_evaluation_files` is what ``BaseEnv.evaluate_log`` writes.
 
 wandb is imported only when a run is started. Without an API key (``WANDB_API_KEY`` or a netrc entry) and
 without an explicit ``WANDB_MODE``, runs are created in offline mode instead of prompting for a login.
@@ -18,7 +17,6 @@ import random
 import string
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import urlparse
 
@@ -298,89 +296,9 @@ class WandbReporter:
         wandb.log(metrics, step=runner.curr_step)
 
 
-def write_evaluation_files(
-    env: Any,
-    metrics: dict[str, Any],
-    *,
-    step: int,
-    task_name: Optional[str] = None,
-    model_name: Optional[str] = None,
-    start_time: Optional[float] = None,
-    end_time: Optional[float] = None,
-    generation_parameters: Optional[dict[str, Any]] = None,
-    samples: Optional[list[dict[str, Any]]] = None,
-    verbose: bool = True,
-    subtasks: Optional[dict[str, dict[str, Any]]] = None,
-) -> None:
-    """Write ``env``'s evaluation results under ``config.data_dir_to_save_evals`` (no-op with a warning when
-    unset); ``step`` is the trainer step recorded in the history.
-
-    ``metrics.json`` = ``{"config_general": {model_name, total_evaluation_time_seconds (str),
-    generation_parameters ({"max_new_tokens": max_token_length, **given})}, "results":
-    {"atropos|<task>|0": metrics, "all": metrics}}``, plus ``"atropos|<task>:<subtask>|0": metrics`` for
-    each of ``subtasks`` (lighteval's subtask entries); ``samples.jsonl`` (one JSON object per sample) when
-    samples are given. Both hold the latest evaluation; every evaluation is also appended to
-    ``metrics_history.jsonl`` with the trainer step, so periodic evals are not lost.
-    """
-    config = env.config
-    if config.data_dir_to_save_evals is None:
-        logger.warning(
-            "[%s] data_dir_to_save_evals is not set: evaluation results not written", env.env_label
-        )
-        return
-    directory = Path(config.data_dir_to_save_evals)
-    directory.mkdir(parents=True, exist_ok=True)
-    task_name = task_name or f"{env.name or type(env).__name__}_eval"
-    if model_name is None:
-        model_name = getattr(config, "model_name", None)
-    if model_name is None:
-        servers = getattr(env.server, "servers", None) or []
-        model_name = getattr(getattr(servers[0], "config", None), "model_name", None) if servers else None
-    now = time.time()
-    start_time = now if start_time is None else start_time
-    end_time = now if end_time is None else end_time
-    if verbose:
-        try:
-            from atroposlib.utils.display import display_metrics_table
-
-            display_metrics_table(task_name, metrics, start_time, end_time)
-        except ImportError:
-            logger.info("[%s] %s: %s", env.env_label, task_name, metrics)
-    result = {
-        "config_general": {
-            "model_name": model_name,
-            "total_evaluation_time_seconds": str(end_time - start_time),
-            "generation_parameters": {
-                "max_new_tokens": config.max_token_length,
-                **(generation_parameters or {}),
-            },
-        },
-        "results": {f"atropos|{task_name}|0": metrics, "all": metrics},
-    }
-    for subtask, values in (subtasks or {}).items():
-        result["results"][f"atropos|{task_name}:{subtask}|0"] = values
-    (directory / "metrics.json").write_text(json.dumps(result, indent=2, default=_jsonable), encoding="utf-8")
-    with open(directory / "metrics_history.jsonl", "a", encoding="utf-8") as fh:
-        fh.write(json.dumps({"step": step, "time": end_time, **result}, default=_jsonable) + "\n")
-    logger.info("[%s] evaluation results written to %s", env.env_label, directory / "metrics.json")
-    if samples:
-        with open(directory / "samples.jsonl", "w", encoding="utf-8") as fh:
-            for sample in samples:
-                fh.write(json.dumps(sample, default=_jsonable) + "\n")
-
-
-def _jsonable(value: Any) -> Any:
-    for attr in ("tolist", "model_dump", "item"):
-        fn = getattr(value, attr, None)
-        if callable(fn):
-            return fn()
-    return str(value)
-
-
 __all__ = [
     "ROLLOUT_STATS_PREFIX",
     "WandbReporter",
-    "write_evaluation_files",
     "ensure_wandb_offline_without_key",
     "run_name",
     "summary_stats",
