@@ -26,7 +26,6 @@ Reward: the per-test results that the harness inside the sandbox reports
 every test passes, else 0.0; ``--env.partial_credit`` gives the fraction of tests passed. No code block,
 a crash, a time-out or a program that ends the run early (``sys.exit(0)``, ``os._exit(0)``) scores 0,
 with the reason in the rollout's ``overrides[i]["code_execution"]`` (tests passed, tests run, failure).
-Groups whose scores are all equal are skipped.
 
 Every program runs in :class:`atroposlib.sandbox.Sandbox` (bubblewrap; see that package for what it isolates
 and what it does not). At setup the environment checks that the sandbox runs and stops with one line naming
@@ -396,8 +395,6 @@ class CodingEnv(LocalServerDefaults, SingleTurnEnv):
         verdicts = await asyncio.gather(*(self.judge(reply, item) for reply in replies))
         scores = [verdict.score for verdict in verdicts]
         self.percent_correct_buffer.extend(1.0 if v.all_passed else 0.0 for v in verdicts)
-        if len(set(scores)) <= 1:
-            return None, []
         overrides = [{"code_execution": verdict.metadata()} for verdict in verdicts]
         return self.build_group(messages, replies, nodes, scores, overrides), []
 

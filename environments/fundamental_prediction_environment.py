@@ -21,8 +21,7 @@ Reward (in [0, 1]): 0 when the direction is wrong or there is no valid predictio
 inside the think block, an unclosed think block, statements with different predictions, an empty reply).
 A right direction earns ``DIRECTION_WEIGHT`` (0.7) plus ``1 - DIRECTION_WEIGHT`` (0.3) times the magnitude
 closeness ``max(0, 1 - |p - gold| / max(gold, 1))``: an exact magnitude scores 1.0, one off by half the
-true change 0.85, one off by the true change or more 0.7. Groups whose scores are all equal carry no
-learning signal and are dropped.
+true change 0.85, one off by the true change or more 0.7.
 
 Evaluation answers every evaluation item once and reports ``eval/direction_accuracy`` (share of right
 directions, also ``eval/percent_correct``), and, over the replies whose direction was right,

@@ -6,7 +6,7 @@ local JSONL file with GSM8K's ``question`` / ``answer`` fields instead (the answ
 which needs no network.
 
 Rewards: +1 for a final ``\\boxed{}`` answer equal to the gold number, -1 otherwise; when every rollout of
-a group is correct, longer replies are scored lower. Groups whose scores are all equal are skipped.
+a group is correct, longer replies are scored lower.
 
 ``python environments/gsm8k_server.py {serve,process,evaluate} --openai.base_url ... --openai.model_name ...``
 """

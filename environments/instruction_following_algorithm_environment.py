@@ -11,8 +11,7 @@ naming the file, the row and the problem.
 
 Prompt: our system prompt, then the row's prompt. Reward: the share of the row's instructions the reply
 follows, checked strictly on the reply after its think block (:mod:`atroposlib.utils.ifeval`); a reply
-whose think block never closes, or an empty reply, follows nothing. Groups whose scores are all equal
-carry no learning signal and are skipped (``collect_trajectories`` returns None for them).
+whose think block never closes, or an empty reply, follows nothing.
 
 Training order (atroposlib 0.4.0's curriculum): the training items form a queue; an item whose group
 averages above ``max_group_average_for_training`` (0.75) or at least 0.9, or, with

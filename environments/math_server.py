@@ -18,7 +18,7 @@ only inside the think block, an unboxed answer, an unclosed think block, an empt
 different values score -1 (the same value boxed twice, in any form, is one answer). Equality is ``math_verify``'s (``0.5`` = ``\\frac{1}{2}``, ``\\sqrt{8}`` =
 ``2\\sqrt{2}``, ``(x+1)^2`` = ``x^2+2x+1``, ``x = 3`` = ``3``), computed in worker processes with a time
 limit per check (``--env.check_timeout_s``): a check that runs over scores -1 and never stalls the
-environment. Groups whose scores are all equal carry no learning signal and are dropped.
+environment.
 
 Judge and self-correction groups (atroposlib 0.4.0's ``percent_to_judge``, ``percent_length_penalty`` and
 ``mask_too_long_completions``; :mod:`atroposlib.envs.self_judging`): after a group with a right and a wrong
@@ -251,12 +251,8 @@ class MathEnv(SelfJudgingRounds, LocalServerDefaults, SingleTurnEnv):
         self.percent_correct_buffer.extend(1.0 if s >= self.correct_threshold else 0.0 for s in scores)
         self.on_group_scored(item, scores)
         backlog = self.judge_tasks(item, replies, scores, nodes)
-        if len(set(scores)) <= 1:
-            penalised = self.length_penalised(scores, nodes) if scores and scores[0] > 0 else None
-            if penalised is None:
-                self.record_group_scores(scores, kept=False, equal_scores=True)
-                return None, backlog
-            scores = penalised
+        if len(set(scores)) <= 1 and scores and scores[0] > 0:
+            scores = self.length_penalised(scores, nodes) or scores
         overrides = self.judging_overrides(nodes)
         return self.build_group(
             messages, replies, nodes, scores, overrides if any(overrides) else None

@@ -7,8 +7,7 @@ colour of the one shape of its kind. The picture is sent as an ``image_url`` par
 of the user turn, so a vision-language model behind an OpenAI-compatible chat route sees it.
 
 Reward: 1 when the last ``\\boxed{}`` after the reasoning holds the answer (a count as digits or a number
-word up to twenty, a colour by name, case ignored), else 0. Groups whose scores are all equal are
-skipped. Evaluation answers ``eval_size`` held-out pictures (seeds from ``eval_seed``).
+word up to twenty, a colour by name, case ignored), else 0. Evaluation answers ``eval_size`` held-out pictures (seeds from ``eval_seed``).
 
 Tokens: replies come from the chat route (``self.server.chat_completion``), because the token-level
 route of ManagedServer sends token ids only and would drop the picture. The trained sequence is the
@@ -281,8 +280,6 @@ class MultimodalCountingEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, 
             group["messages"].append(chat)
             group["images"].append(item.image_b64)
             self.percent_correct_buffer.append(score)
-        if len(set(group["scores"])) <= 1:
-            return None, []
         return group, []
 
     # -- evaluation -------------------------------------------------------------------------------------

@@ -17,8 +17,7 @@ left empty is an error. Without an evaluation file, ``eval_fraction`` of the row
 Reply form: optional reasoning in ``<think>...</think>``, then the JSON in a ```json fenced block, in
 ``<json_output>...</json_output>`` tags (the original's form), or as the whole rest of the reply. Reward: 1.0
 when that JSON validates against the model, 0.0 when it does not, is malformed, is missing, appears only inside
-the reasoning, or when the reply gives several JSON answers that differ. Groups whose scores are all equal are
-dropped.
+the reasoning, or when the reply gives several JSON answers that differ.
 
 Error fixing (``--env.task_type editing``, atroposlib 0.4.0's editing task): each question shows a JSON
 instance of the row's model, built from the model's schema, into which up to ``max_errors_per_item`` errors

@@ -29,8 +29,7 @@ Reply form: optional reasoning in ``<think>...</think>``, then the final answer 
 ``<answer>...</answer>`` exactly once (the same answer repeated is accepted). The reward is the task's
 ``score_answer`` of that answer (1.0 right, some tasks give partial credit in between), and 0.0 when there is no
 answer tag after the reasoning, the tags hold different answers, or scoring fails. A reply counts as correct
-(``train/percent_correct``, ``eval/percent_correct``) when it scores 1.0. Groups whose scores are all equal are
-dropped.
+(``train/percent_correct``, ``eval/percent_correct``) when it scores 1.0.
 
 ``python environments/reasoning_gym_environment.py {serve,process,evaluate} --openai.base_url ...``
 """

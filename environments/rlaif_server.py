@@ -16,7 +16,7 @@ cancel position bias, ``judgements_per_order`` times each. The judge is told the
 ``\\boxed{B}`` after its reasoning. Each verdict gives the preferred reply 1 point; an answer that names
 neither (no box, both letters, anything else) is a tie worth 0.5 to each and is logged. A reply's score
 is its share of points over all its comparisons, minus the group's mean share (centred). A reply cut off
-at its token budget is not judged and scores -1. Groups whose scores are all equal are skipped.
+at its token budget is not judged and scores -1.
 
 The judge is any OpenAI-compatible server: ``--judge.base_url``, ``--judge.model_name``,
 ``--judge.api_key``, ``--judge.server_type`` ... (or a ``judge:`` section in the ``--config`` YAML); by
@@ -366,8 +366,6 @@ class RLAIFEnv(LocalServerDefaults, IterCheckpoint, EvalReporting, BaseEnv):
         elif judged:
             scores[judged[0]] = 0.0
         self.score_buffer.extend(scores)
-        if len(set(scores)) <= 1:
-            return None, []
         group = ScoredDataGroup(
             tokens=[list(n.tokens) for n in nodes],
             masks=[list(n.masked_tokens) for n in nodes],

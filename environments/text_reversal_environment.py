@@ -21,7 +21,7 @@ Reward (``text`` rows and generated texts): optional reasoning in ``<think>...</
 reversed text (case and punctuation count); 0.0 when it differs, when there is no answer tag after the
 reasoning, or when the tags hold different answers. With ``--env.partial_credit true`` a wrong but present
 answer earns ``0.5 * similarity`` (difflib's ratio against the reversed text), so near misses rank above
-garbage yet never tie an exact reversal. Groups whose scores are all equal are dropped.
+garbage yet never tie an exact reversal.
 
 ``python environments/text_reversal_environment.py {serve,process,evaluate} --openai.base_url ...``
 """

@@ -14,8 +14,7 @@ Reward: +1 when the calls after the think block equal the expected calls as a mu
 (:mod:`atroposlib.utils.tool_calls`: order of calls and keys ignored, ``250`` = ``250.0``, booleans are
 not numbers), -1 otherwise (malformed JSON, a wrong name, a wrong, missing or extra argument, a missing
 or extra call, an unclosed tag, calls only inside the think block, an empty reply). When every reply of
-a group is right, replies longer than half the generation budget score lower. Groups whose scores are
-all equal carry no learning signal and are skipped (``collect_trajectories`` returns None for them).
+a group is right, replies longer than half the generation budget score lower.
 
 Evaluation reports ``eval/simple_accuracy`` (one expected call), ``eval/parallel_accuracy`` (several)
 and ``eval/percent_correct`` (all items). ``--env.eval_benchmark bfcl`` evaluates on the Berkeley

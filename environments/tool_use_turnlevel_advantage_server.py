@@ -7,7 +7,7 @@ match earns a turn reward (``turn_reward``, 1.0), the episode's outcome reward i
 score (share of calls matched, +0.5 when all, -0.2 on a mismatch), and every group carries per-token
 ``advantages``: the tokens of turn ``t`` get ``turn_advantage_weight`` x the group-normalised turn rewards
 from ``t`` on plus the group-normalised outcome (:func:`atroposlib.envs.episodes.turn_level_advantages`).
-Groups whose scores are all equal are still sent: their turn advantages may differ.
+A group whose scores are all equal is still sent: its turn advantages carry the signal.
 
 Defaults follow the original: ``interstellarninja/hermes_salesforce_apigen_tool_use`` (train, 5% held
 out), ``multistep`` scenario, up to 3 tool-calling turns and then a narration turn (the model summarises the

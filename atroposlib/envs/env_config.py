@@ -174,7 +174,11 @@ class BaseEnvConfig(BaseModel):
         default=1, description="Sequences per group kept for the wandb table; -1 = the whole group."
     )
     ensure_scores_are_not_same: bool = Field(
-        default=True, description="Discard groups (of 2+ sequences) whose scores are all equal."
+        default=True,
+        description=(
+            "Discard groups whose scores are all equal and that carry no advantages of their own (no learning"
+            " signal); when off, they are kept and marked scores_all_equal."
+        ),
     )
     data_path_to_save_groups: Optional[str] = Field(
         default=None,

@@ -14,9 +14,8 @@ the model's replies unmasked. A subclass supplies the task:
 Scores: an episode's score is ``outcome + sum_t gamma**t * reward_t`` (``--env.gamma``, default 1:
 the undiscounted return). With ``--env.turn_level_advantages true`` the group also carries per-token
 ``advantages`` (MT-GRPO: each assistant turn's tokens get its turn-level advantage, see
-:func:`~atroposlib.envs.episodes.turn_level_advantages`). A group whose scores are all equal (and that
-carries no turn-level advantages) is skipped; an episode whose sequence could not be tracked
-token-exactly is left out with a warning.
+:func:`~atroposlib.envs.episodes.turn_level_advantages`). Every scored group is returned; an episode whose
+sequence could not be tracked token-exactly is left out with a warning.
 
 ``evaluate`` plays every evaluation item once at ``eval_temperature``, prints a summary line, logs
 ``eval/mean_score``, ``eval/percent_correct`` (share of episodes :meth:`MultiTurnEnv.episode_correct`
@@ -179,9 +178,6 @@ class MultiTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
                 [e.turn_rewards for e in episodes], outcomes, self.config.turn_advantage_weight
             )
             advantages = [token_advantages(e, row) for e, row in zip(episodes, per_turn, strict=True)]
-        elif len(set(scores)) <= 1:
-            self.record_group_scores(scores, kept=False, equal_scores=True)
-            return None, []
         return episodes_to_group(episodes, scores, advantages), []
 
     # -- evaluation -------------------------------------------------------------------------------------

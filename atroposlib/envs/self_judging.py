@@ -143,8 +143,6 @@ class SelfJudgingRounds:
         if len(nodes) != len(replies):
             return None, []
         right = [verdict(r) is task.correct and not too_long(n) for r, n in zip(replies, nodes, strict=True)]
-        if not any(right):
-            return None, []
         scores: list[float] = []
         backlog: list = []
         for reply, ok in zip(replies, right, strict=True):
@@ -158,19 +156,14 @@ class SelfJudgingRounds:
                 if corrected is not None:
                     backlog.append(corrected)
         if all(s == 1.0 for s in scores):
-            penalised = self.length_penalised(scores, nodes)
-            if penalised is None:
-                return None, backlog
-            scores = penalised
-        elif len(set(scores)) == 1:
-            return None, backlog
+            scores = self.length_penalised(scores, nodes) or scores
         group = self.build_group(messages, replies, nodes, scores, self.judging_overrides(nodes))
         return group, backlog
 
     async def self_correction(
         self, task: JudgeTask, verification: str
     ) -> tuple[float, Optional[SelfCorrectGroup]]:
-        """The share of retries reaching the gold answer, and their group when its scores differ."""
+        """The share of retries reaching the gold answer, and the retries' group."""
         prompt = RETRY_PROMPT.format(
             problem=self.problem_text(task.item), solution=task.solution, verification=verification
         )
@@ -183,7 +176,5 @@ class SelfJudgingRounds:
             for r, n in zip(replies, nodes, strict=True)
         ]
         share = sum(1 for s in scores if s > 0) / len(scores)
-        if len(set(scores)) == 1:
-            return share, None
         group = self.build_group(messages, replies, nodes, scores, self.judging_overrides(nodes))
         return share, SelfCorrectGroup(task.item, group)

@@ -12,8 +12,8 @@ the task:
 
 The base class samples the group through ``self.server.managed_server(tokenizer=self.tokenizer)`` so tokens,
 masks (``-100`` on the prompt) and inference logprobs come from the inference server, builds the
-:class:`~atroposlib.envs.groups.ScoredDataGroup` (with the chat messages), and returns ``None`` for a group
-whose scores are all equal (it carries no learning signal for group-relative advantages). ``evaluate`` answers
+:class:`~atroposlib.envs.groups.ScoredDataGroup` (with the chat messages) and returns every group it scored
+(what is sent or written is decided by :func:`~atroposlib.envs.serve.group_validation.prepare_group`). ``evaluate`` answers
 every evaluation item once, prints one summary line, logs ``eval/percent_correct`` (the share of replies
 scoring at least :attr:`SingleTurnEnv.correct_threshold`) and ``eval/mean_score`` to wandb, and writes
 ``metrics.json`` / ``samples.jsonl`` under ``data_dir_to_save_evals`` when that is set.
@@ -180,10 +180,6 @@ class SingleTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
         scores = [float(s) for s in await self.score_replies_async(replies, item)]
         self.percent_correct_buffer.extend(1.0 if s >= self.correct_threshold else 0.0 for s in scores)
         self.on_group_scored(item, scores)
-        if len(set(scores)) <= 1:
-            # Not sent (zero advantage everywhere), but still part of the policy's actual reward.
-            self.record_group_scores(scores, kept=False, equal_scores=True)
-            return None, []
         return self.build_group(messages, replies, nodes, scores), []
 
     # -- evaluation -------------------------------------------------------------------------------------

@@ -135,10 +135,12 @@ def create_html_for_group(group_data: dict, index: int) -> str:
     if not items:
         _warn(f"Warning: Group {index} resulted in no items after length correction.")
         return ""
+    # A group written although its scores are all equal (it teaches nothing; see ``ensure_scores_are_not_same``).
+    uniform = " (scores all equal)" if group_data.get("scores_all_equal") else ""
     # No re-indentation: it would change the text inside <pre> blocks.
     return (
         "<details>\n"
-        f"<summary>Group {index}</summary>\n"
+        f"<summary>Group {index}{uniform}</summary>\n"
         '<div class="group-content">\n'
         f"{''.join(items)}"
         "</div>\n"
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("input_path", nargs="?", help="JSONL file of groups with 'messages' and 'scores'")
     parser.add_argument("output_path", nargs="?", help="HTML file to write (default: INPUT with .html)")
-    # The flag spellings accepted by the original's fire-based command line.
+    # compat: the flag spellings of atroposlib 0.4.0's fire-based command line.
     parser.add_argument("--input_path", "--input-path", dest="input_flag", help=argparse.SUPPRESS)
     parser.add_argument("--output_path", "--output-path", dest="output_flag", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -204,7 +204,7 @@ class BlackjackThinkingEnv(LocalServerDefaults, SeededGames, SingleTurnEnv):
         return len(self.tokenizer.encode(rendered, add_special_tokens=False))
 
     async def collect_trajectories(self, item: dict[str, int]) -> tuple[list[ScoredDataGroup], list]:
-        """One hand: a group of alternatives per turn (groups whose scores are all equal are left out)."""
+        """One hand: a group of alternatives per turn."""
         hand = self.new_hand(int(item["seed"]))
         groups: list[ScoredDataGroup] = []
         try:
@@ -218,8 +218,7 @@ class BlackjackThinkingEnv(LocalServerDefaults, SeededGames, SingleTurnEnv):
                 alternatives = self.value_alternatives(hand, replies)
                 scores = [alt.score for alt in alternatives]
                 self.record_valued_turn(hand, alternatives)
-                if len(set(scores)) > 1:
-                    groups.append(self.build_group(messages, replies, nodes, scores))
+                groups.append(self.build_group(messages, replies, nodes, scores))
                 best = select_best_index(scores, [len(node.tokens) for node in nodes])
                 self.advance(hand, alternatives[best])
         finally:

@@ -11,6 +11,7 @@ from transformers import AutoTokenizer
 
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
+from atroposlib.envs.serve.group_validation import carries_no_signal
 from atroposlib.testing.scripted_server import launch_scripted_server
 from environments.rlaif_server import (
     RLAIFEnv,
@@ -151,7 +152,8 @@ async def test_unreadable_judgements_are_ties_and_logged(tiny_model_dir, caplog)
         await env.setup()
         with caplog.at_level(logging.WARNING):
             group, backlog = await env.collect_trajectories(row_to_item(ROWS[1], 1, "f"))
-    assert group is None and backlog == []  # all ties: no learning signal
+    assert group["scores"] == [0.0, 0.0] and backlog == []  # all ties: no learning signal, not sent by serve
+    assert carries_no_signal(group)
     assert "unreadable judgement counted as a tie" in caplog.text
     assert env.unreadable_buffer == [1.0, 1.0]
     assert "Reward brevity." in respond.calls[0][3]

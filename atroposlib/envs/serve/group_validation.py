@@ -3,6 +3,11 @@
 :func:`prepare_group` turns whatever an environment returned into a plain-JSON group dict (numpy arrays and
 scalars, tuples and tensors become lists and Python numbers) or explains in one sentence why the group cannot
 be used. Each problem carries a short ``code`` that the runtime counts in its metrics.
+
+It is also the one home of the group policy: environments return every group they scored, and
+:func:`prepare_group` decides from the configuration (``ensure_scores_are_not_same``) whether a group without a
+learning signal (:func:`carries_no_signal`) is discarded (``serve``) or kept and marked with
+:data:`SCORES_ALL_EQUAL` (``process``, and ``serve`` with the option off).
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ NON_FINITE = "non_finite"
 TOO_LONG = "too_long"
 IDENTICAL_SCORES = "identical_scores"
 NOT_JSON = "not_json_serializable"
+
+#: Key set to ``True`` on a kept group whose scores are all equal (the JSONL of ``process`` and its HTML page
+#: show it; the trajectory API drops keys it does not know).
+SCORES_ALL_EQUAL = "scores_all_equal"
 
 #: Optional keys of a group; missing ones are set to ``None`` before a group is stored or sent.
 OPTIONAL_GROUP_KEYS = tuple(name for name in OPTIONAL if name != "env_id")
@@ -115,6 +124,18 @@ def _check_structure(group: dict[str, Any]) -> GroupProblem | None:
     return GroupProblem(_CODES.get(first.code, MALFORMED), first.message)
 
 
+def scores_all_equal(group: Mapping[str, Any]) -> bool:
+    """Whether a group of two or more sequences has one score for all of them."""
+    scores = group.get("scores") or []
+    return len(scores) > 1 and len(set(scores)) == 1
+
+
+def carries_no_signal(group: Mapping[str, Any]) -> bool:
+    """Whether group-relative advantages of ``group`` are zero everywhere: its scores are all equal and it
+    carries no per-token ``advantages`` of its own (turn-level advantages may differ where scores do not)."""
+    return scores_all_equal(group) and group.get("advantages") is None
+
+
 def prepare_group(
     raw: Any,
     *,
@@ -131,7 +152,8 @@ def prepare_group(
     scores; JSON-representable; the contract of :func:`atroposlib.group.check_group` (its environment
     rules: counts and lengths of every per-sequence field, int32 token ids, finite floats, complete
     messages); size equals :func:`expected_group_size`; with
-    ``reject_identical_scores``, a group of 2+ sequences must not have all-equal scores; with
+    ``reject_identical_scores``, a group must carry a learning signal (:func:`carries_no_signal`), and
+    without it a kept group whose scores are all equal gets ``group[SCORES_ALL_EQUAL] = True``; with
     ``enforce_max_length`` and ``max_token_len > 0``, every sequence must be shorter than ``max_token_len``.
     """
     if not isinstance(raw, Mapping):
@@ -159,8 +181,10 @@ def prepare_group(
     expected = expected_group_size(group, default_group_size)
     if n != expected:
         return None, GroupProblem(WRONG_GROUP_SIZE, f"group has {n} sequences but group_size is {expected}")
-    if reject_identical_scores and n > 1 and len(set(group["scores"])) == 1:
-        return None, GroupProblem(IDENTICAL_SCORES, f"all {n} scores equal {group['scores'][0]}")
+    if scores_all_equal(group):
+        if reject_identical_scores and carries_no_signal(group):
+            return None, GroupProblem(IDENTICAL_SCORES, f"all {n} scores equal {group['scores'][0]}")
+        group[SCORES_ALL_EQUAL] = True
     if enforce_max_length and max_token_len > 0:
         for i, seq in enumerate(group["tokens"]):
             if len(seq) >= max_token_len:
@@ -185,11 +209,14 @@ __all__ = [
     "OPTIONAL_GROUP_KEYS",
     "PER_SEQUENCE_KEYS",
     "RAGGED",
+    "SCORES_ALL_EQUAL",
     "TOO_LONG",
     "WRONG_GROUP_SIZE",
     "GroupProblem",
+    "carries_no_signal",
     "completion_length",
     "expected_group_size",
     "prepare_group",
+    "scores_all_equal",
     "to_plain_json",
 ]
