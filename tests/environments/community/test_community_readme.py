@@ -78,6 +78,10 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_helpful_doctors").doctor_and_patient()
     if folder == "philosophical_rlaif_env.py":
         return _test_module("test_philosophical_rlaif")._readme_responder
+    if folder == "poker_holdem":
+        return _test_module("test_poker_holdem")._responder
+    if folder == "metric_card_generator":
+        return _test_module("test_metric_card_generator")._responder
     if folder == "word_hunt":
         hunt = _test_module("test_env_word_hunt")
         return hunt._responder(hunt.Dictionary.load(hunt.DEFAULT_DICTIONARY, 3, 16))

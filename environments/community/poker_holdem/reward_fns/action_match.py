@@ -1,0 +1,62 @@
+"""``PokerActionMatchReward``: how closely a reply's decision matches the winning player's action."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from atroposlib.envs.reward_fns import RewardFunction, registry
+
+try:
+    from environments.community.poker_holdem.actions import PokerAction, parse_action, reply_action
+except ModuleNotFoundError:  # run as a script: the environment's folder is on the path
+    from actions import PokerAction, parse_action, reply_action
+
+
+def amount_ratio(got: Optional[float], want: Optional[float]) -> float:
+    """``min / max`` of two amounts (1.0 for equal ones, 0.0 when either is missing or not positive)."""
+    if got is None or want is None or got <= 0 or want <= 0:
+        return 0.0
+    return min(got, want) / max(got, want)
+
+
+@registry.register
+class PokerActionMatchReward(RewardFunction):
+    """The action part of the reward: ``exact_match_score`` (1.0) for the winner's action type (for a sized
+    winning action, ``action_type_score`` (0.7) plus the rest scaled by the ratio of the amounts, 0.7 when the
+    reply gives none), ``related_action_score`` (0.5) for another action of the same family (aggressive:
+    bet, raise, re-raise, all-in; passive: check, call), 0.0 otherwise or for a reply without one decision.
+
+    ``compute(completions, winner_action=...)``: ``winner_action`` is the winning action's text.
+    """
+
+    def __init__(
+        self,
+        exact_match_score: float = 1.0,
+        action_type_score: float = 0.7,
+        related_action_score: float = 0.5,
+        weight: float = 1.0,
+        **kwargs: Any,
+    ):
+        super().__init__(weight=weight, **kwargs)
+        self.exact_match_score = exact_match_score
+        self.action_type_score = action_type_score
+        self.related_action_score = related_action_score
+
+    def score(self, decision: Optional[PokerAction], winner: PokerAction) -> float:
+        """The reward of one decision against the winning action."""
+        if decision is None:
+            return 0.0
+        if decision.kind == winner.kind:
+            if winner.amount is None:
+                return self.exact_match_score
+            ratio = amount_ratio(decision.amount, winner.amount)
+            return self.action_type_score + (self.exact_match_score - self.action_type_score) * ratio
+        return self.related_action_score if decision.related(winner) else 0.0
+
+    def compute(
+        self, completions: list[Any], winner_action: Optional[str] = None, **kwargs: Any
+    ) -> list[float]:
+        winner = parse_action(winner_action or "")
+        if winner is None:
+            return [0.0] * len(completions)
+        return [self.score(reply_action(self.get_content(c)), winner) for c in completions]

@@ -1,0 +1,63 @@
+"""``PokerBetSizingReward``: how precisely a reply sizes its bet against the winning player's."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from atroposlib.envs.reward_fns import RewardFunction, registry
+
+try:
+    from environments.community.poker_holdem.actions import (
+        AGGRESSIVE,
+        PokerAction,
+        parse_action,
+        reply_action,
+    )
+except ModuleNotFoundError:  # run as a script: the environment's folder is on the path
+    from actions import AGGRESSIVE, PokerAction, parse_action, reply_action
+
+
+@registry.register
+class PokerBetSizingReward(RewardFunction):
+    """The sizing part of the reward. For a winning action with an amount: a reply that bets or raises an
+    amount scores ``perfect_match_score`` (1.0) minus the relative deviation ``(max - min) / min`` scaled to
+    ``min_score`` at ``max_deviation_pct`` (50 %), and ``min_score`` beyond it or without an amount. For a
+    winning action without an amount there is nothing to size: the winner's action type scores
+    ``perfect_match_score``, anything else ``min_score``. A reply without one decision scores ``min_score``.
+    """
+
+    def __init__(
+        self,
+        perfect_match_score: float = 1.0,
+        min_score: float = 0.0,
+        max_deviation_pct: float = 0.5,
+        weight: float = 1.0,
+        **kwargs: Any,
+    ):
+        super().__init__(weight=weight, **kwargs)
+        self.perfect_match_score = perfect_match_score
+        self.min_score = min_score
+        self.max_deviation_pct = max_deviation_pct
+
+    def score(self, decision: Optional[PokerAction], winner: PokerAction) -> float:
+        """The reward of one decision against the winning action."""
+        if decision is None:
+            return self.min_score
+        if winner.amount is None:
+            return self.perfect_match_score if decision.kind == winner.kind else self.min_score
+        if decision.kind not in AGGRESSIVE or decision.amount is None or decision.amount <= 0:
+            return self.min_score
+        low, high = sorted((decision.amount, winner.amount))
+        deviation = (high - low) / low if low > 0 else float("inf")
+        if deviation > self.max_deviation_pct:
+            return self.min_score
+        span = self.perfect_match_score - self.min_score
+        return self.perfect_match_score - deviation / self.max_deviation_pct * span
+
+    def compute(
+        self, completions: list[Any], winner_action: Optional[str] = None, **kwargs: Any
+    ) -> list[float]:
+        winner = parse_action(winner_action or "")
+        if winner is None:
+            return [self.min_score] * len(completions)
+        return [self.score(reply_action(self.get_content(c)), winner) for c in completions]
