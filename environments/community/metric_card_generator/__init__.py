@@ -1,0 +1,2 @@
+"""JSON configurations of dashboard metric cards, checked against the schema and for content (see
+``metric_card_generator.py``)."""
