@@ -116,7 +116,7 @@ class RunResult:
 # the shared pieces: settings, warm start, evaluation
 # ---------------------------------------------------------------------------------------------------------
 def demo_config(args: argparse.Namespace, run_dir: Path | None = None, steps: int = 100_000) -> Any:
-    from example_trainer.demo.pipeline import DemoConfig
+    from example_trainer.demo.config import DemoConfig
 
     values: dict[str, Any] = {
         "steps": steps,
@@ -204,7 +204,9 @@ class _NoProgress:
 def run_ours(args: argparse.Namespace, warm: Path, work: Path, rnd: int) -> RunResult:
     from rich.console import Console
 
-    from example_trainer.demo.pipeline import Demo, _read_new_records, _read_rollout_stats
+    from example_trainer.demo.pipeline import Demo
+    from example_trainer.demo.reporting import read_new_records as _read_new_records
+    from example_trainer.demo.reporting import read_rollout_stats as _read_rollout_stats
 
     run_dir = work / f"ours-{rnd}"
     demo = Demo(demo_config(args, run_dir), Console(stderr=True, highlight=False, quiet=True))

@@ -39,7 +39,8 @@ def run_demo(args: argparse.Namespace, run_dir: Path, env_bound: bool) -> dict[s
     """One demo run; its rollout accounting (sequences) and accuracies."""
     from rich.console import Console
 
-    from example_trainer.demo.pipeline import Demo, DemoConfig
+    from example_trainer.demo.config import DemoConfig
+    from example_trainer.demo.pipeline import Demo
 
     config = DemoConfig(
         steps=args.steps, eval_size=args.eval_size, inference_backend="hf", run_dir=str(run_dir),

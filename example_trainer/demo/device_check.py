@@ -5,7 +5,7 @@
 
 1. Builds a randomly initialised model of Qwen2.5-0.5B's configuration (24 layers, width 896, 14 heads and 2
    key/value heads, 151,936-token vocabulary, tied embeddings) with the tiny local tokenizer, and gives it a
-   short supervised warm start on the arithmetic environment's training split (a random model never answers
+   short supervised warm start on the arithmetic task's training split (:mod:`example_trainer.demo.arithmetic_task`) (a random model never answers
    correctly, so GRPO would see only zero advantages and change nothing).
 2. For each weight mode, starts ``run-api``, the trainer (in this process; it starts the inference server:
    vLLM where it is installed, else the repo's own ``hf`` server, which says so) and the arithmetic
@@ -41,7 +41,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server.py"
 MODES = ("shared_vllm", "none-broadcast", "lora_only", "none-reload")
 #: Qwen2.5-0.5B's architecture (its config.json), built locally with random weights.
 QWEN25_05B = {
@@ -143,16 +142,22 @@ def task_settings() -> dict[str, Any]:
     return {"seed": 0, "min_digits": 1, "max_digits": 1, "operations": ["+"], "eval_size": 16}
 
 
+def demo_task() -> Any:
+    """The arithmetic task (:class:`~example_trainer.demo.task.DemoTask`) with :func:`task_settings`."""
+    from example_trainer.demo.task import load_task
+
+    return load_task("arithmetic", task_settings())
+
+
 def warm_start(model: Any, tokenizer: Any, cfg: DeviceCheckConfig) -> list[float]:
     """A few supervised steps on the environment's training problems (answer format), on ``cfg.device``."""
     import torch
 
-    from environments.arithmetic_server import sft_examples
     from example_trainer.demo.sft_warmstart import collate, encode_example
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
-    examples = sft_examples(cfg.sft_steps * 64, **task_settings())
+    examples = demo_task().sft_examples(cfg.sft_steps * 64)
     losses = []
     model.train()
     for step in range(cfg.sft_steps):
@@ -232,17 +237,15 @@ def trainer_settings(mode: str) -> dict[str, Any]:
 
 
 def env_command(cfg: DeviceCheckConfig, model_dir: Path, api_url: str, port: int, run: Path) -> list[str]:
-    task = task_settings()
+    task = demo_task()
     return [
-        sys.executable, str(ENV_SCRIPT), "serve",
+        sys.executable, str(task.env_script), "serve",
         "--env.tokenizer_name", str(model_dir), "--env.rollout_server_url", api_url,
         "--env.group_size", str(cfg.group_size), "--env.batch_size", str(cfg.batch_size),
         "--env.total_steps", str(cfg.steps + 4), "--env.max_token_length", "256", "--env.steps_per_eval", "0",
         "--env.use_wandb", "false", "--env.max_batches_offpolicy", "2", "--env.max_num_workers", "64",
         "--env.shutdown_timeout", "5", "--env.ensure_scores_are_not_same", "false",
-        "--env.min_digits", str(task["min_digits"]), "--env.max_digits", str(task["max_digits"]),
-        "--env.operations", json.dumps(task["operations"]), "--env.seed", str(task["seed"]),
-        "--env.eval_size", str(task["eval_size"]), "--env.temperature", "1.0",
+        *task.env_flags(), "--env.temperature", "1.0",
         "--env.max_answer_tokens", str(cfg.max_answer_tokens),
         "--env.unsent_groups_path", str(run / "unsent_groups.jsonl"),
         "--openai.base_url", f"http://127.0.0.1:{port}/v1", "--openai.model_name", str(model_dir),
@@ -258,9 +261,7 @@ def run_mode(
     from transformers import AutoTokenizer
 
     from atroposlib.testing.api_process import free_port, launch_api
-    from atroposlib.utils.processes import ServiceProcess, wait_http_ok
     from example_trainer.demo.heldout_eval import chat_prompt_ids
-    from example_trainer.grpo.config import TrainingConfig
     from example_trainer.grpo.loop import train
 
     run = root / mode
@@ -271,38 +272,13 @@ def run_mode(
     check = SyncCheck(prompt, cfg.device, run / "ckpt")
     port = free_port()
     summary: dict[str, Any] = {"mode": mode, "backend": backend, "ok": False}
-    env_proc: ServiceProcess | None = None
-    stop = threading.Event()
     deadline = min(deadline, time.monotonic() + cfg.mode_timeout)
     if cfg.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
+    history: list[dict[str, Any]] = []
     with launch_api(data_dir=run / "api") as api:
-        config = TrainingConfig(
-            model_name=str(model_dir), atropos_url=api.url, save_path=str(run / "ckpt"), device=cfg.device,
-            optimizer="adamw", lr=cfg.lr, batch_size=cfg.micro_batch,
-            gradient_accumulation_steps=max(1, cfg.batch_size // cfg.micro_batch), seq_len=256,
-            training_steps=cfg.steps, checkpoint_interval=0, vllm_restart_interval=1, vllm_port=port,
-            dtype="float32", train_dtype="float32", max_model_len=512, vllm_enforce_eager=True,
-            vllm_gpu_memory_utilization=0.3, inference_backend=backend, log_dir=str(run / "logs"),
-            vllm_startup_timeout=cfg.mode_timeout, seed=cfg.seed, gradient_checkpointing=False,
-            **trainer_settings(mode),
-        )  # fmt: skip
-
-        def start_env() -> None:
-            nonlocal env_proc
-            while not stop.is_set() and not wait_http_ok(f"http://127.0.0.1:{port}/health", timeout=1.0):
-                pass
-            if not stop.is_set():
-                env_proc = ServiceProcess(
-                    "environment",
-                    env_command(cfg, model_dir, api.url, port, run),
-                    run / "logs" / "env.log",
-                    env={"WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"},
-                    cwd=REPO_ROOT,
-                ).start()
-
-        starter = threading.Thread(target=start_env, daemon=True)
-        starter.start()
+        config = mode_training_config(cfg, mode, model_dir, backend, api.url, port, run)
+        env = _EnvironmentStarter(cfg, model_dir, api.url, port, run)
         started = time.perf_counter()
         try:
             result = train(config, should_stop=lambda: time.monotonic() > deadline, sync_hook=check)
@@ -313,13 +289,71 @@ def run_mode(
             history = result.history
         except Exception as exc:  # noqa: BLE001 - reported per mode
             summary["error"] = f"{type(exc).__name__}: {exc}"
-            history = []
         finally:
-            stop.set()
-            starter.join(timeout=10)
-            if env_proc is not None:
-                env_proc.stop(timeout=15)
+            env.stop()
     summary["wall_s"] = time.perf_counter() - started
+    summarise_mode(summary, history, check, cfg)
+    return summary
+
+
+def mode_training_config(
+    cfg: DeviceCheckConfig, mode: str, model_dir: Path, backend: str, api_url: str, port: int, run: Path
+) -> Any:
+    """The trainer's settings for ``mode``: one refresh (and one sync check) after every step."""
+    from example_trainer.grpo.config import TrainingConfig
+
+    return TrainingConfig(
+        model_name=str(model_dir), atropos_url=api_url, save_path=str(run / "ckpt"), device=cfg.device,
+        optimizer="adamw", lr=cfg.lr, micro_batch_size=cfg.micro_batch,
+        gradient_accumulation_steps=max(1, cfg.batch_size // cfg.micro_batch), seq_len=256,
+        training_steps=cfg.steps, checkpoint_interval=0, refresh_interval=1, vllm_port=port,
+        dtype="float32", train_dtype="float32", max_model_len=512, vllm_enforce_eager=True,
+        vllm_gpu_memory_utilization=0.3, inference_backend=backend, log_dir=str(run / "logs"),
+        vllm_startup_timeout=cfg.mode_timeout, seed=cfg.seed, gradient_checkpointing=False,
+        **trainer_settings(mode),
+    )  # fmt: skip
+
+
+class _EnvironmentStarter:
+    """Starts the environment, in a thread, once the inference server answers ``/health``."""
+
+    def __init__(self, cfg: DeviceCheckConfig, model_dir: Path, api_url: str, port: int, run: Path) -> None:
+        self.command = env_command(cfg, model_dir, api_url, port, run)
+        self.health = f"http://127.0.0.1:{port}/health"
+        self.log = run / "logs" / "env.log"
+        self.proc: Any = None
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._start_when_ready, daemon=True)
+        self.thread.start()
+
+    def _start_when_ready(self) -> None:
+        from atroposlib.utils.processes import ServiceProcess, wait_http_ok
+
+        while not self.stopping.is_set() and not wait_http_ok(self.health, timeout=1.0):
+            pass
+        if not self.stopping.is_set():
+            self.proc = ServiceProcess(
+                "environment",
+                self.command,
+                self.log,
+                env={"WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"},
+                cwd=REPO_ROOT,
+            ).start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=10)
+        if self.proc is not None:
+            self.proc.stop(timeout=15)
+
+
+def summarise_mode(
+    summary: dict[str, Any], history: Sequence[dict[str, Any]], check: Any, cfg: DeviceCheckConfig
+) -> None:
+    """Add the mode's throughput, refresh time, rewards and sync-check results to ``summary``; a logprob
+    difference over the tolerance fails the mode."""
+    import torch
+
     train_s = sum(r.get("train/step_time_s", 0.0) for r in history)
     tokens = sum(r.get("train/tokens_per_s", 0.0) * r.get("train/step_time_s", 0.0) for r in history)
     if len(check.times) >= 2:
@@ -344,7 +378,6 @@ def run_mode(
         summary["error"] = (
             f"server and trainer logprobs differ by up to {max(check.diffs):.2e} (> {tolerance:g})"
         )
-    return summary
 
 
 def format_line(s: dict[str, Any]) -> str:

@@ -1,11 +1,12 @@
-"""Held-out accuracy of a causal LM on the arithmetic task's evaluation split, by greedy decoding.
+"""Held-out accuracy of a causal LM on the demo task's evaluation split, by greedy decoding.
 
 The demo measures the model before and after GRPO with this one function, on the same problems and with
 the same decoding, so the two numbers are directly comparable. Decoding is greedy in float32 with
 Hugging Face ``generate`` on the CPU: deterministic for given weights, independent of the inference
 server, and a few seconds for a few hundred problems on the tiny model.
 
-A reply is scored with the environment's own :func:`environments.arithmetic_server.score_completion`.
+A reply is scored with the task's own scorer (:meth:`example_trainer.demo.task.DemoTask.score`: the
+environment's reward).
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ from typing import Any
 
 import torch
 
+from example_trainer.demo.arithmetic_task import as_demo_task
+from example_trainer.demo.task import DemoTask
+
 
 @dataclass(frozen=True)
 class EvalSample:
     """One held-out problem: the question, the gold answer, the model's reply and whether it is right."""
 
     question: str
-    answer: int
+    answer: Any
     reply: str
     correct: bool
 
@@ -112,34 +116,32 @@ def greedy_replies(
 def evaluate_heldout(
     model: Any,
     tokenizer: Any,
-    task: Any,
+    task: DemoTask | Mapping[str, Any],
     *,
     max_new_tokens: int = 8,
     batch_size: int = 128,
-    score: Callable[[str, int], float] | None = None,
+    score: Callable[[str, Any], float] | None = None,
 ) -> EvalResult:
-    """Greedy accuracy of ``model`` on ``task.eval_problems`` (an ``ArithmeticTask``).
-
-    ``score(reply, answer)`` defaults to the environment's ``score_completion``.
-    """
-    if score is None:
-        from environments.arithmetic_server import score_completion as score
-    problems = list(task.eval_problems)
+    """Greedy accuracy of ``model`` on ``task.heldout()``; a reply is right when ``score(reply, answer)``
+    (default: ``task.score``) is 1.0."""
+    task = as_demo_task(task)
+    score = score or task.score
+    items = list(task.heldout())
     replies = greedy_replies(
         model,
         tokenizer,
-        [task.prompt_messages(p) for p in problems],
+        [item.messages for item in items],
         max_new_tokens=max_new_tokens,
         batch_size=batch_size,
     )
     samples = [
-        EvalSample(p.question, p.answer, reply, score(reply, p.answer) == 1.0)
-        for p, reply in zip(problems, replies, strict=True)
+        EvalSample(item.question, item.answer, reply, score(reply, item.answer) == 1.0)
+        for item, reply in zip(items, replies, strict=True)
     ]
     return EvalResult(correct=sum(s.correct for s in samples), total=len(samples), samples=samples)
 
 
-def evaluate_model_dir(model_dir: str | Path, task: Any, **kwargs: Any) -> EvalResult:
+def evaluate_model_dir(model_dir: str | Path, task: DemoTask, **kwargs: Any) -> EvalResult:
     """:func:`evaluate_heldout` on the model saved in ``model_dir``."""
     model, tokenizer = load_causal_lm(model_dir)
     return evaluate_heldout(model, tokenizer, task, **kwargs)

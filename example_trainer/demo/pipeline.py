@@ -3,7 +3,8 @@
 ``python -m example_trainer.demo`` (or ``bash scripts/demo.sh``, which installs first) runs, on loopback:
 
 1. the tiny local Qwen2 model (built offline in seconds; nothing comes from a model hub);
-2. a short supervised warm start on problems from the arithmetic environment's training split, or the
+2. a short supervised warm start on problems from the task's training split (``--task``, by default the
+   arithmetic environment's; :mod:`example_trainer.demo.task`), or the
    cached result of an earlier run with the same settings;
 3. held-out accuracy of the warm-started model (the environment's evaluation split, greedy decoding);
 4. ``run-api`` (temporary data dir), the trainer (``python -m example_trainer.grpo``, which starts the
@@ -20,225 +21,35 @@ timing breakdown) are kept in the run directory, whose path is printed first.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 import os
-import shutil
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import PydanticUndefined
+from pydantic import ValidationError
 
 from atroposlib.utils.processes import ServiceProcess, process_create_time, read_tail, wait_http_ok
+from example_trainer.demo.config import PROG, DemoConfig, config_from_argv, describe_error
+from example_trainer.demo.reporting import (
+    Timings,
+    append_accuracy,
+    format_final_line,
+    prune_checkpoints,
+    read_new_records,
+    read_rollout_stats,
+    reward_line,
+    rollout_summary,
+)
+from example_trainer.demo.task import REPO_ROOT, DemoTask
 
-PROG = "python -m example_trainer.demo"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server.py"
-#: The environment of a run with ``--teacher-model``: the same task, groups scored by the teacher too.
-DISTILL_ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server_teacher_distill.py"
 logger = logging.getLogger("atropos-demo")
-
-
-class DemoConfig(BaseModel):
-    """Every setting of the demo; the command line uses the same names with dashes."""
-
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
-
-    # --- run ------------------------------------------------------------------------------------
-    steps: int = Field(80, ge=1, description="GRPO optimizer steps")
-    eval_size: int = Field(500, ge=1, description="held-out problems (the environment's eval split)")
-    seed: int = Field(0, description="seed of the task, the warm start and the trainer")
-    run_dir: str | None = Field(None, description="logs, checkpoints, summary (default runs/demo-<time>)")
-    cache_dir: str | None = Field(
-        None, description="warm-start cache (default $ATROPOS_CACHE_DIR/demo or ~/.cache/atroposlib/demo)"
-    )
-    model: str | None = Field(None, description="local model directory (default: the tiny local model)")
-    keep_checkpoints: bool = Field(False, description="keep every step_N checkpoint, not only the final one")
-    timeout: float = Field(1800.0, gt=0, description="give up (and stop everything) after this many seconds")
-
-    # --- task -----------------------------------------------------------------------------------
-    min_digits: int = Field(1, ge=1, le=6, description="fewest digits per operand")
-    max_digits: int = Field(2, ge=1, le=6, description="most digits per operand")
-    operations: list[Literal["+", "-", "*"]] = Field(default_factory=lambda: ["+"], description="operators")
-
-    # --- supervised warm start --------------------------------------------------------------------
-    sft_steps: int = Field(450, ge=0, description="warm-start steps (0: start GRPO from the base model)")
-    sft_batch_size: int = Field(64, ge=1, description="warm-start examples per step")
-    sft_lr: float = Field(1e-3, gt=0, description="warm-start learning rate (constant after the warmup)")
-    sft_warmup_steps: int = Field(100, ge=0, description="warm-start linear warmup steps")
-
-    # --- GRPO -----------------------------------------------------------------------------------
-    group_size: int = Field(8, ge=2, description="rollouts per problem")
-    batch_size: int = Field(256, ge=2, description="sequences per optimizer step")
-    lr: float = Field(1e-4, gt=0, description="GRPO learning rate")
-    temperature: float = Field(
-        1.0, gt=0, description="sampling temperature of the rollouts (the trainer scores them at 1.0)"
-    )
-    clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range")
-    max_answer_tokens: int = Field(8, ge=1, description="generation budget per reply")
-    refresh_mode: Literal["reload", "restart"] = Field(
-        "reload", description="refresh vLLM in place (reload) or by restarting it"
-    )
-    inference_backend: Literal["vllm", "hf"] = Field(
-        "vllm",
-        description="inference server: vllm, or hf (Hugging Face generate in one light process; "
-        "faster for the tiny model on a few cores)",
-    )
-    inference_threads: int = Field(1, ge=1, description="torch threads of the hf inference server")
-    env_workers: int = Field(
-        32, ge=1, description="groups the environment generates concurrently (one request each)"
-    )
-    max_batches_offpolicy: int = Field(
-        2,
-        ge=1,
-        description="batches the environment may have queued ahead of the trainer (it pauses beyond); "
-        "each one more lets rollouts be one step staler",
-    )
-    vllm_startup_timeout: float = Field(
-        600.0, gt=0, description="seconds to wait for the inference server's /health"
-    )
-    torch_threads: int = Field(
-        1,
-        ge=1,
-        description="CPU threads per torch process (demo, trainer); small models run fastest with one "
-        "while the other services share the cores",
-    )
-
-    # --- losses, staleness, distillation (the trainer's flags of the same names) ------------------
-    loss_type: Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"] = Field("grpo", description="loss")
-    clip_eps_low: float | None = Field(None, gt=0, lt=1, description="lower clip range (default: --clip-eps)")
-    clip_eps_high: float | None = Field(None, gt=0, description="upper clip range (default: --clip-eps)")
-    advantage: Literal["grpo", "rloo", "none"] = Field("grpo", description="group baseline")
-    tis_cap: float | None = Field(
-        None, ge=1, description="truncated importance sampling cap (off by default)"
-    )
-    max_staleness: int | None = Field(
-        None,
-        ge=0,
-        description="the trainer trains no rollout more than N steps old; the environment waits for the "
-        "trainer instead of generating older ones (off by default)",
-    )
-    env_max_staleness: int | None = Field(
-        None,
-        ge=0,
-        description="the environment's own bound (default: the trainer's --max-staleness); a value above "
-        "--max-batches-offpolicy leaves it generating as without a bound",
-    )
-    teacher_model: str | None = Field(
-        None,
-        description="on-policy distillation from this local model: it is served by "
-        "example_trainer.inference.teacher_server and every group carries its top-k logprobs",
-    )
-    teacher_top_k: int = Field(4, ge=0, description="teacher logprobs per position besides the sampled token")
-    distill_coef: float = Field(
-        1.0, ge=0, description="weight of the distillation term (with --teacher-model)"
-    )
-    distill_kind: Literal["reverse", "forward"] = Field(
-        "reverse", description="reverse KL on the student's tokens, or forward KL over the teacher's top-k"
-    )
-    rl_coef: float = Field(
-        1.0, ge=0, description="weight of the RL loss (0 with --teacher-model: distillation alone)"
-    )
-
-    @field_validator("operations", mode="before")
-    @classmethod
-    def _split_operations(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [op for op in value.replace(",", " ").split() if op]
-        return value
-
-    def task_settings(self) -> dict[str, Any]:
-        """``ArithmeticTask`` arguments shared by the warm start, the environment and the evaluation."""
-        return {
-            "min_digits": self.min_digits,
-            "max_digits": self.max_digits,
-            "operations": list(self.operations),
-            "seed": self.seed,
-            "eval_size": self.eval_size,
-        }
-
-    def sft_settings(self) -> Any:
-        """The warm start's supervised settings (:class:`~example_trainer.demo.sft_warmstart.SftSettings`)."""
-        from example_trainer.demo.sft_warmstart import SftSettings
-
-        return SftSettings(
-            steps=self.sft_steps,
-            batch_size=self.sft_batch_size,
-            lr=self.sft_lr,
-            warmup_steps=self.sft_warmup_steps,
-            seed=self.seed,
-        )
-
-    def resolved_run_dir(self) -> Path:
-        if self.run_dir:
-            return Path(self.run_dir)
-        return Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-
-    def resolved_cache_dir(self) -> Path:
-        if self.cache_dir:
-            return Path(self.cache_dir)
-        from atroposlib.testing.tiny_model import default_cache_dir
-
-        return default_cache_dir() / "demo"
-
-
-# ---------------------------------------------------------------------------------------------
-# command line
-# ---------------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    """Flags named after :class:`DemoConfig` fields (``--eval-size`` for ``eval_size``)."""
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="One-command CPU demo: warm start, GRPO with vLLM and the arithmetic environment, "
-        "held-out accuracy before and after.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    for name, info in DemoConfig.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        default = None if info.default is PydanticUndefined else info.default
-        if info.default_factory is not None:
-            default = info.default_factory()
-        # A None default means "computed at run time" (the description says how): not shown as a value.
-        shown = argparse.SUPPRESS if default is None else default
-        kwargs: dict[str, Any] = {"dest": name, "default": shown, "help": info.description or " "}
-        if info.annotation is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif name == "operations":
-            kwargs["nargs"] = "+"
-        elif info.annotation in (int, float):
-            kwargs["type"] = info.annotation
-        elif name == "refresh_mode":
-            kwargs["choices"] = ["reload", "restart"]
-        elif name == "inference_backend":
-            kwargs["choices"] = ["vllm", "hf"]
-        parser.add_argument(flag, **kwargs)
-    return parser
-
-
-def config_from_argv(argv: Sequence[str] | None = None) -> DemoConfig:
-    """Parse and validate; raises ``ValidationError`` for bad values (argparse exits 2 on bad flags)."""
-    args = build_parser().parse_args(argv)
-    return DemoConfig(**vars(args))
-
-
-def describe_error(exc: ValidationError) -> str:
-    """One line naming the offending flag(s)."""
-    parts = []
-    for err in exc.errors():
-        loc = [str(p) for p in err.get("loc", ()) if not isinstance(p, int)]
-        flag = "--" + loc[0].replace("_", "-") if loc else "config"
-        parts.append(f"{flag}: {err.get('msg', 'invalid value').removeprefix('Value error, ')}")
-    return "; ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,36 +63,16 @@ class Interrupted(Exception):
     """SIGINT or SIGTERM reached the demo."""
 
 
-@dataclass
-class Timings:
-    """Seconds per phase, in the order they ran."""
-
-    phases: dict[str, float] = field(default_factory=dict)
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
-
-
 def free_port() -> int:
     from atroposlib.testing.api_process import free_port as _free
 
     return _free()
 
 
-def format_final_line(before: float, after: float, steps: int, seconds: float) -> str:
-    """``held-out accuracy: 0.31 -> 0.58 (40 steps, 412 s)``."""
-    return f"held-out accuracy: {before:.2f} -> {after:.2f} ({steps} steps, {seconds:.0f} s)"
-
-
 class Demo:
     """Runs the demo for one :class:`DemoConfig`; :meth:`run` returns the process exit status."""
 
-    def __init__(self, config: DemoConfig, console: Any) -> None:
+    def __init__(self, config: DemoConfig, console: Any, task: DemoTask | None = None) -> None:
         self.config = config
         self.console = console
         self.run_dir = config.resolved_run_dir().resolve()
@@ -299,6 +90,7 @@ class Demo:
         self._tmp = tempfile.TemporaryDirectory(prefix="atropos-demo-api-")
         self._stopped = False
         self._vllm_ready = False
+        self._task = task
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
     # --- small helpers ------------------------------------------------------------------------
@@ -306,10 +98,12 @@ class Demo:
         # Messages carry paths and log lines: no markup, no wrapping (copy-pasteable).
         self.console.print(message, markup=False, soft_wrap=True)
 
-    def _task(self) -> Any:
-        from environments.arithmetic_server import ArithmeticTask
-
-        return ArithmeticTask(**self.config.task_settings())
+    @property
+    def task(self) -> DemoTask:
+        """The run's task (``--task``), loaded once."""
+        if self._task is None:
+            self._task = self.config.load_task()
+        return self._task
 
     # --- phases ---------------------------------------------------------------------------------
     def prepare_model(self, progress: Any) -> Path:
@@ -332,7 +126,7 @@ class Demo:
 
         with self.timings.phase("warm start"):
             model_dir, cached = warm_start(
-                base, cfg.task_settings(), settings, cfg.resolved_cache_dir(), on_step=on_step
+                base, self.task, settings, cfg.resolved_cache_dir(), on_step=on_step
             )
         progress.update(task, completed=max(cfg.sft_steps, 1), description="warm start")
         progress.remove_task(task)
@@ -345,7 +139,7 @@ class Demo:
         from example_trainer.demo.heldout_eval import evaluate_model_dir
 
         with self.timings.phase(f"eval {label}"):
-            result = evaluate_model_dir(model_dir, self._task(), max_new_tokens=self.config.max_answer_tokens)
+            result = evaluate_model_dir(model_dir, self.task, max_new_tokens=self.config.max_answer_tokens)
         with open(self.run_dir / f"eval_{label}.jsonl", "w") as fh:
             for s in result.samples:
                 fh.write(json.dumps(s.__dict__) + "\n")
@@ -375,7 +169,7 @@ class Demo:
             "--model", str(model_dir),
             "--atropos-url", self.api.url,
             "--training-steps", str(cfg.steps),
-            "--batch-size", str(cfg.batch_size),
+            "--micro-batch-size", str(cfg.batch_size),
             "--gradient-accumulation-steps", "1",
             "--lr", str(cfg.lr),
             "--clip-eps", str(cfg.clip_eps),
@@ -385,7 +179,7 @@ class Demo:
             "--seq-len", "256",
             "--save-path", str(self.ckpt_dir),
             "--checkpoint-interval", "0",
-            "--vllm-restart-interval", "1",
+            "--refresh-interval", "1",
             "--refresh-mode", cfg.refresh_mode,
             "--vllm-port", str(self.vllm_port),
             "--dtype", "float32",
@@ -425,7 +219,7 @@ class Demo:
         if cfg.env_max_staleness is not None:
             teacher += ["--env.max_staleness", str(cfg.env_max_staleness)]
         return [
-            sys.executable, str(DISTILL_ENV_SCRIPT if cfg.teacher_model else ENV_SCRIPT), "serve",
+            sys.executable, str(self.env_script()), "serve",
             "--env.tokenizer_name", str(model_dir),
             "--env.rollout_server_url", self.api.url,
             "--env.group_size", str(cfg.group_size),
@@ -438,11 +232,7 @@ class Demo:
             "--env.max_batches_offpolicy", str(cfg.max_batches_offpolicy),
             "--env.max_num_workers", str(cfg.env_workers),
             "--env.shutdown_timeout", "5",
-            "--env.min_digits", str(cfg.min_digits),
-            "--env.max_digits", str(cfg.max_digits),
-            "--env.operations", json.dumps(list(cfg.operations)),
-            "--env.seed", str(cfg.seed),
-            "--env.eval_size", str(cfg.eval_size),
+            *self.task.env_flags(),
             "--env.temperature", str(cfg.temperature),
             "--env.max_answer_tokens", str(cfg.max_answer_tokens),
             "--env.unsent_groups_path", str(self.run_dir / "unsent_groups.jsonl"),
@@ -451,6 +241,14 @@ class Demo:
             "--openai.server_type", "vllm",
             *teacher,
         ]  # fmt: skip
+
+    def env_script(self) -> Path:
+        """The environment to serve: the task's, or its teacher-distillation variant with ``--teacher-model``."""
+        if not self.config.teacher_model:
+            return self.task.env_script
+        if self.task.distill_env_script is None:
+            raise DemoFailed(f"the task {self.config.task!r} has no teacher-distillation environment")
+        return self.task.distill_env_script
 
     def start_teacher(self, child_env: dict[str, str]) -> None:
         """The teacher's scoring server (``--teacher-model``), before the environment that asks it."""
@@ -563,31 +361,31 @@ class Demo:
                     # Every batch the trainer needs exists: stop generating (and free vLLM's
                     # connections, so that the trainer can stop vLLM at once when it is done).
                     self.env.stop(timeout=15)
-                offset, records = _read_new_records(metrics_path, offset)
+                offset, records = read_new_records(metrics_path, offset)
                 for rec in records:
                     stale = max(stale, int(rec.get("train/stale_sequences_total", 0)))
                     if "train/kept_reward_mean" in rec:
                         step = max(step, int(rec["step"]))
                         rewards.append(float(rec["train/kept_reward_mean"]))
-                env_offset, new_stats = _read_rollout_stats(env_log, env_offset)
+                env_offset, new_stats = read_rollout_stats(env_log, env_offset)
                 rollout_stats.extend(new_stats)
                 if (records and rewards) or new_stats:
-                    progress.update(task, completed=step, description=_reward_line(rollout_stats, rewards))
+                    progress.update(task, completed=step, description=reward_line(rollout_stats, rewards))
                     if not cfg.keep_checkpoints:
-                        _prune_checkpoints(self.ckpt_dir, keep_after=step - 2)
+                        prune_checkpoints(self.ckpt_dir, keep_after=step - 2)
             self._check_services()
-        _, records = _read_new_records(metrics_path, offset)
+        _, records = read_new_records(metrics_path, offset)
         for rec in records:
             if "train/kept_reward_mean" in rec:
                 step = max(step, int(rec["step"]))
                 rewards.append(float(rec["train/kept_reward_mean"]))
-        rollout_stats.extend(_read_rollout_stats(env_log, env_offset)[1])
+        rollout_stats.extend(read_rollout_stats(env_log, env_offset)[1])
         progress.update(task, completed=step)
         progress.remove_task(task)
         self.summary["kept_reward_mean"] = rewards
         self.summary["rollout_stats"] = rollout_stats
         if rollout_stats:
-            self.say(_rollout_summary(rollout_stats, rewards))
+            self.say(rollout_summary(rollout_stats, rewards))
         return step
 
     def _api_step(self) -> int:
@@ -633,7 +431,7 @@ class Demo:
         from example_trainer.grpo.reporting import plot_training_curves
 
         metrics = self.ckpt_dir / "metrics.jsonl"
-        _append_accuracy(metrics, [(0, before), (steps, after)])
+        append_accuracy(metrics, [(0, before), (steps, after)])
         plot_training_curves(metrics, self.run_dir / "training_curves.png", max_step=steps)
 
     def run(self, progress: Any) -> tuple[float, float, int]:
@@ -656,98 +454,8 @@ class Demo:
         after = self.evaluate(final, "after")
         self._plot(before, after, steps)
         if not self.config.keep_checkpoints:
-            _prune_checkpoints(self.ckpt_dir, keep_after=None)
+            prune_checkpoints(self.ckpt_dir, keep_after=None)
         return before, after, steps
-
-
-def _append_accuracy(metrics_path: Path, points: Sequence[tuple[int, float]]) -> None:
-    """Add held-out accuracy records (``eval/accuracy`` at a step) to the trainer's ``metrics.jsonl``."""
-    with open(metrics_path, "a") as fh:
-        for step, accuracy in points:
-            fh.write(json.dumps({"step": step, "eval/accuracy": accuracy}) + "\n")
-
-
-def _read_new_records(path: Path, offset: int) -> tuple[int, list[dict[str, Any]]]:
-    """JSON lines appended to ``path`` since byte ``offset`` (complete lines only); new offset."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
-    except OSError:
-        return offset, []
-    end = data.rfind(b"\n") + 1
-    records = []
-    for line in data[:end].splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue
-    return offset + end, records
-
-
-def _read_rollout_stats(path: Path, offset: int) -> tuple[int, list[dict[str, Any]]]:
-    """The environment's ``rollout stats {json}`` log lines appended to ``path`` since byte ``offset``
-    (complete lines only), as dicts; new offset."""
-    from atroposlib.envs.serve.wandb_logging import ROLLOUT_STATS_PREFIX
-
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
-    except OSError:
-        return offset, []
-    end = data.rfind(b"\n") + 1
-    stats = []
-    for line in data[:end].decode("utf-8", "replace").splitlines():
-        _, sep, payload = line.partition(ROLLOUT_STATS_PREFIX)
-        if not sep:
-            continue
-        try:
-            record = json.loads(payload)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "train/rollout_reward_mean" in record:
-            stats.append(record)
-    return offset + end, stats
-
-
-def _reward_line(rollout_stats: Sequence[dict[str, Any]], kept_rewards: Sequence[float]) -> str:
-    """The GRPO progress description: the reward of the latest rollouts (all of them) and of the latest
-    trained batch (kept groups only), with the groups dropped for equal scores."""
-    parts = []
-    if rollout_stats:
-        last = rollout_stats[-1]
-        parts.append(
-            f"reward {last['train/rollout_reward_mean']:.2f} over all rollouts, "
-            f"{int(last.get('train/groups_dropped_equal_scores', 0))}/{int(last.get('train/groups_scored', 0))} "
-            "groups dropped (all scores equal)"
-        )
-    if kept_rewards:
-        parts.append(f"trained batch {kept_rewards[-1]:.2f}")
-    return f"GRPO ({'; '.join(parts)})" if parts else "GRPO"
-
-
-def _rollout_summary(rollout_stats: Sequence[dict[str, Any]], kept_rewards: Sequence[float]) -> str:
-    """One line on the run's rewards: the first and last rollout reward over all rollouts generated, the
-    groups dropped because all their scores were equal, and the kept groups' first and last reward."""
-    first, last = rollout_stats[0], rollout_stats[-1]
-    dropped = sum(int(r.get("train/groups_dropped_equal_scores", 0)) for r in rollout_stats)
-    scored = sum(int(r.get("train/groups_scored", 0)) for r in rollout_stats)
-    line = (
-        f"training reward over all rollouts: {first['train/rollout_reward_mean']:.3f} -> "
-        f"{last['train/rollout_reward_mean']:.3f}; {dropped} of {scored} groups dropped (all scores equal)"
-    )
-    if kept_rewards:
-        line += f"; kept groups' reward: {kept_rewards[0]:.3f} -> {kept_rewards[-1]:.3f}"
-    return line
-
-
-def _prune_checkpoints(ckpt_dir: Path, keep_after: int | None) -> None:
-    """Delete ``step_N`` checkpoints with ``N <= keep_after`` (all of them when None)."""
-    for path in ckpt_dir.glob("step_*"):
-        suffix = path.name.removeprefix("step_")
-        if suffix.isdigit() and (keep_after is None or int(suffix) <= keep_after):
-            shutil.rmtree(path, ignore_errors=True)
 
 
 def _raise_interrupted(signum: int, _frame: Any) -> None:
@@ -760,14 +468,6 @@ def _raise_interrupted(signum: int, _frame: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; exit status 0 (done), 1 (a service failed), 2 (bad flags), 130 (interrupted)."""
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -775,9 +475,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"{PROG}: error: {describe_error(exc)}", file=sys.stderr)
         return 2
-    if not ENV_SCRIPT.is_file():
+    try:
+        task = config.load_task()
+    except (ImportError, OSError, AttributeError, TypeError, ValueError) as exc:
+        print(f"{PROG}: error: --task {config.task}: {exc}", file=sys.stderr)
+        return 2
+    if not task.env_script.is_file():
         print(
-            f"{PROG}: error: {ENV_SCRIPT} not found; run the demo from a clone of the repository",
+            f"{PROG}: error: {task.env_script} not found; run the demo from a clone of the repository",
             file=sys.stderr,
         )
         return 2
@@ -792,8 +497,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     signal.signal(signal.SIGINT, _raise_interrupted)
     signal.signal(signal.SIGTERM, _raise_interrupted)
-    demo = Demo(config, console)
+    demo = Demo(config, console, task=task)
     print(f"run directory: {demo.run_dir}", flush=True)
+    status, outcome = _run_with_progress(demo, console)
+    return _finish(demo, status, outcome, time.perf_counter() - t0)
+
+
+def _run_with_progress(demo: Demo, console: Any) -> tuple[int, tuple[float, float, int] | None]:
+    """Run the demo under a progress display; ``(exit status, (before, after, steps) or None)``. Every
+    process is stopped, whatever happens."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     columns = (
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -801,37 +522,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    status = 0
     try:
         with Progress(*columns, console=console, transient=True) as progress:
-            before, after, steps = demo.run(progress)
+            return 0, demo.run(progress)
     except Interrupted as exc:
         demo.say(f"{exc} received: every process was stopped; logs in {demo.logs}")
-        status = 130
+        return 130, None
     except DemoFailed as exc:
         console.print("[red]demo failed:[/red] ", end="")
         demo.say(str(exc))
         demo.say(f"logs in {demo.logs}")
-        status = 1
+        return 1, None
     except Exception as exc:  # noqa: BLE001 - one line for the user; every process is still stopped
         demo.say(f"demo failed: {type(exc).__name__}: {exc} (logs in {demo.logs})")
-        status = 1
+        return 1, None
     finally:
         demo.stop_services()
-    elapsed = time.perf_counter() - t0
+
+
+def _finish(demo: Demo, status: int, outcome: tuple[float, float, int] | None, elapsed: float) -> int:
+    """Write ``summary.json``; on success print the timing breakdown and the final line. Returns ``status``."""
     demo.summary["timings_s"] = {k: round(v, 2) for k, v in demo.timings.phases.items()}
     demo.summary["total_s"] = round(elapsed, 2)
-    if status == 0:
+    if outcome is not None:
+        before, after, steps = outcome
         demo.summary.update(accuracy_before=before, accuracy_after=after, steps=steps)
     demo.summary["exit_status"] = status
     with open(demo.run_dir / "summary.json", "w") as fh:
         json.dump(demo.summary, fh, indent=2)
-    if status != 0:
+    if outcome is None:
         return status
     breakdown = ", ".join(f"{k} {v:.0f} s" for k, v in demo.timings.phases.items())
     print(f"time: {breakdown}", flush=True)
-    print(format_final_line(before, after, steps, elapsed), flush=True)
-    return 0
+    print(format_final_line(*outcome, elapsed), flush=True)
+    return status
 
 
 if __name__ == "__main__":

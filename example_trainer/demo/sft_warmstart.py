@@ -1,8 +1,8 @@
-"""Supervised warm start: teach a (tiny) model the arithmetic task's answer format before GRPO.
+"""Supervised warm start: teach a (tiny) model the demo task's answer format before GRPO.
 
 A freshly initialised model never produces a correct answer, so GRPO would see only zero rewards.
-A short supervised phase on problems from the environment's own training split (``sft_examples``:
-the same prompts, chat template and answer format the environment rewards) makes it partially
+A short supervised phase on problems from the task's training split (:meth:`DemoTask.sft_examples
+<example_trainer.demo.task.DemoTask.sft_examples>`: the same prompts, chat template and answer format the environment rewards) makes it partially
 competent; GRPO then has something to reinforce.
 
 The result is a normal Hugging Face model directory, cached under ``cache_dir`` in a folder named by
@@ -25,7 +25,9 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from example_trainer.demo.arithmetic_task import as_demo_task
 from example_trainer.demo.heldout_eval import chat_prompt_ids, load_causal_lm
+from example_trainer.demo.task import DemoTask
 
 logger = logging.getLogger(__name__)
 
@@ -83,22 +85,20 @@ def lr_factor(step: int, settings: SftSettings) -> float:
 def train_sft(
     model: Any,
     tokenizer: Any,
-    task_settings: Mapping[str, Any],
+    task: DemoTask | Mapping[str, Any],
     settings: SftSettings,
     on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Train ``model`` in place on ``settings.steps * settings.batch_size`` distinct training problems.
 
-    ``task_settings`` are ``ArithmeticTask`` arguments (the environment's: the held-out split is never
-    trained on). ``on_step(step, loss)`` is called after each optimizer step. Returns the step losses.
+    The examples come from ``task``'s training split (its held-out items are never trained on).
+    ``on_step(step, loss)`` is called after each optimizer step. Returns the step losses.
     """
-    from environments.arithmetic_server import sft_examples
-
     torch.manual_seed(settings.seed)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    examples = sft_examples(settings.steps * settings.batch_size, **task_settings)
+    examples = as_demo_task(task).sft_examples(settings.steps * settings.batch_size)
     losses: list[float] = []
     for step in range(settings.steps):
         batch = [encode_example(tokenizer, m, a) for m, a in _take(examples, settings.batch_size)]
@@ -137,7 +137,7 @@ def cache_key(base_model: str | Path, task_settings: Mapping[str, Any], settings
 
 def warm_start(
     base_model: str | Path,
-    task_settings: Mapping[str, Any],
+    task: DemoTask | Mapping[str, Any],
     settings: SftSettings,
     cache_dir: str | Path,
     *,
@@ -152,20 +152,21 @@ def warm_start(
     """
     if settings.steps == 0:
         return Path(base_model), True
+    task = as_demo_task(task)
     root = Path(cache_dir)
-    target = root / f"sft-{cache_key(base_model, task_settings, settings)}"
+    target = root / f"sft-{cache_key(base_model, task.settings, settings)}"
     if (target / "model.safetensors").is_file() and not force:
         return target, True
     root.mkdir(parents=True, exist_ok=True)
     model, tokenizer = load_causal_lm(base_model)
-    losses = train_sft(model, tokenizer, task_settings, settings, on_step=on_step)
+    losses = train_sft(model, tokenizer, task, settings, on_step=on_step)
     tmp = Path(tempfile.mkdtemp(prefix=".sft-", dir=root))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         meta = {
             "base_model": str(base_model),
-            "task": dict(task_settings),
+            "task": dict(task.settings),
             "sft": settings.model_dump(),
             "final_loss": losses[-1] if losses else None,
         }

@@ -165,7 +165,14 @@ class TrainingRun:
         self.sharded = ctx.enabled and config.distributed_strategy == "fsdp"
         self.inference = InferenceSync(config)
         self.inference.active = self.inference.active and self.main
+        # set by setup(): the API client (rank 0), the policy and its optimizer, the frozen reference
+        # (KL term), the channel that carries batches to the other ranks
         self.client: AtroposClient | None = None
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.optimizer: Any = None
+        self.ref_model: Any = None
+        self.channel: Any = None
         self.resume_dir: Path | None = None
         self.api_info: dict[str, Any] = {}
         self.run_log: Any = NoLogger()

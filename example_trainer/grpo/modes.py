@@ -7,14 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from example_trainer.grpo import loop as _loop
 from example_trainer.grpo.config import TrainingConfig
-from example_trainer.grpo.inference_sync import InferenceSync, remote_inference_urls
+from example_trainer.grpo.inference_sync import remote_inference_urls
 from example_trainer.grpo.loop import (
     EvalHook,
-    SyncHook,
     TrainingResult,
-    TrainingRun,
-    checkpoint_dir_for,
     staleness_record,
     train,
 )
@@ -54,16 +52,10 @@ def train_shared_vllm(
     return train(config, eval_hook, **kwargs)
 
 
-__all__ = [
-    "EvalHook",
-    "SyncHook",
-    "InferenceSync",
-    "TrainingResult",
-    "TrainingRun",
-    "checkpoint_dir_for",
+__all__ = [  # the loop's names, re-exported, and the mode entry points
+    *_loop.__all__,
     "remote_inference_urls",
     "staleness_record",
-    "train",
     "train_legacy",
     "train_lora",
     "train_lora_restart",

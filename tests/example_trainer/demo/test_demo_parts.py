@@ -11,15 +11,8 @@ import time
 import pytest
 
 from atroposlib.utils.processes import ServiceProcess, still_running
-from example_trainer.demo.pipeline import (
-    DemoConfig,
-    _prune_checkpoints,
-    _read_new_records,
-    build_parser,
-    config_from_argv,
-    describe_error,
-    format_final_line,
-)
+from example_trainer.demo.config import DemoConfig, build_parser, config_from_argv, describe_error
+from example_trainer.demo.reporting import format_final_line, prune_checkpoints, read_new_records
 from tests.helpers.serve import wait_for
 
 FINAL_LINE = re.compile(r"^held-out accuracy: \d\.\d\d -> \d\.\d\d \(\d+ steps, \d+ s\)$")
@@ -90,23 +83,23 @@ def test_bad_flag_value_exits_2_with_one_line(tmp_path):
 
 def test_read_new_records_only_returns_complete_lines(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    assert _read_new_records(path, 0) == (0, [])
+    assert read_new_records(path, 0) == (0, [])
     path.write_text(json.dumps({"step": 1}) + "\n" + '{"step": 2')
-    offset, records = _read_new_records(path, 0)
+    offset, records = read_new_records(path, 0)
     assert records == [{"step": 1}]
     with path.open("a") as fh:
         fh.write("}\n")
-    offset, records = _read_new_records(path, offset)
+    offset, records = read_new_records(path, offset)
     assert records == [{"step": 2}]
-    assert _read_new_records(path, offset) == (offset, [])
+    assert read_new_records(path, offset) == (offset, [])
 
 
 def test_prune_checkpoints_keeps_recent_and_final(tmp_path):
     for name in ("step_1", "step_2", "step_3", "final_model", "step_x"):
         (tmp_path / name).mkdir()
-    _prune_checkpoints(tmp_path, keep_after=2)
+    prune_checkpoints(tmp_path, keep_after=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final_model", "step_3", "step_x"]
-    _prune_checkpoints(tmp_path, keep_after=None)
+    prune_checkpoints(tmp_path, keep_after=None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final_model", "step_x"]
 
 

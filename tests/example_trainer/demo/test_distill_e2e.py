@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from atroposlib.testing.tiny_model import default_cache_dir
-from environments.arithmetic_server import ArithmeticTask
 from example_trainer.demo.heldout_eval import evaluate_model_dir
 from example_trainer.demo.sft_warmstart import SftSettings, warm_start
+from example_trainer.demo.task import load_task
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +29,8 @@ TEACHER = SftSettings(steps=400, batch_size=32, warmup_steps=10)
 
 def test_student_moves_towards_the_teacher(tiny_model_dir, tmp_path):
     cache = default_cache_dir() / "demo"
-    teacher, _ = warm_start(tiny_model_dir, TASK, TEACHER, cache)
-    teacher_accuracy = evaluate_model_dir(teacher, ArithmeticTask(**TASK), max_new_tokens=6).accuracy
+    teacher, _ = warm_start(tiny_model_dir, load_task("arithmetic", TASK), TEACHER, cache)
+    teacher_accuracy = evaluate_model_dir(teacher, load_task("arithmetic", TASK), max_new_tokens=6).accuracy
     run = tmp_path / "run"
     cmd = [
         sys.executable, "-m", "example_trainer.demo", "--max-digits", "1", "--eval-size", "64",

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from atroposlib.testing.tiny_model import default_cache_dir
-from example_trainer.demo.pipeline import DemoConfig
+from example_trainer.demo.config import DemoConfig
 from example_trainer.demo.sft_warmstart import warm_start
 from tests.helpers.demo_loop import TASK, train_on_task
 
@@ -35,7 +35,9 @@ def warm_model(tiny_model_dir):
     torch.set_num_threads(1)
     demo = DemoConfig()
     assert demo.task_settings() == TASK
-    model_dir, _ = warm_start(tiny_model_dir, TASK, demo.sft_settings(), default_cache_dir() / "demo")
+    model_dir, _ = warm_start(
+        tiny_model_dir, demo.load_task(), demo.sft_settings(), default_cache_dir() / "demo"
+    )
     yield model_dir
     torch.set_num_threads(threads)
 

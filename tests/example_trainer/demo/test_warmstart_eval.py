@@ -8,7 +8,6 @@ import json
 import pytest
 import torch
 
-from environments.arithmetic_server import ArithmeticTask, sft_examples
 from example_trainer.demo.heldout_eval import (
     chat_prompt_ids,
     evaluate_heldout,
@@ -26,8 +25,10 @@ from example_trainer.demo.sft_warmstart import (
     train_sft,
     warm_start,
 )
+from example_trainer.demo.task import load_task
 
 TASK = {"min_digits": 1, "max_digits": 2, "operations": ["+"], "seed": 3, "eval_size": 12}
+ARITHMETIC = load_task("arithmetic", TASK)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def tiny(tiny_model_dir):
 
 def test_encode_example_trains_only_the_answer_and_eos(tiny):
     _, tok = tiny
-    messages, answer = next(sft_examples(1, **TASK))
+    messages, answer = next(ARITHMETIC.sft_examples(1))
     ids, labels = encode_example(tok, messages, answer)
     prompt = chat_prompt_ids(tok, messages)
     assert ids[: len(prompt)] == prompt
@@ -69,7 +70,7 @@ def test_train_sft_lowers_the_loss_and_is_deterministic(tiny_model_dir):
     runs = []
     for _ in range(2):
         model, tok = load_causal_lm(tiny_model_dir)
-        losses = train_sft(model, tok, TASK, settings)
+        losses = train_sft(model, tok, ARITHMETIC, settings)
         runs.append((losses, [p.detach().clone() for p in model.parameters()]))
     losses, params = runs[0]
     assert len(losses) == 12
@@ -81,7 +82,9 @@ def test_train_sft_lowers_the_loss_and_is_deterministic(tiny_model_dir):
 def test_warm_start_caches_by_settings(tiny_model_dir, tmp_path):
     settings = SftSettings(steps=3, batch_size=8, warmup_steps=1)
     seen = []
-    path, cached = warm_start(tiny_model_dir, TASK, settings, tmp_path, on_step=lambda s, _l: seen.append(s))
+    path, cached = warm_start(
+        tiny_model_dir, ARITHMETIC, settings, tmp_path, on_step=lambda s, _l: seen.append(s)
+    )
     assert not cached and seen == [0, 1, 2]
     assert path.parent == tmp_path and path.name == f"sft-{cache_key(tiny_model_dir, TASK, settings)}"
     for name in ("config.json", "model.safetensors", "tokenizer.json", "atropos_sft.json"):
@@ -89,7 +92,9 @@ def test_warm_start_caches_by_settings(tiny_model_dir, tmp_path):
     assert json.loads((path / "atropos_sft.json").read_text())["task"] == TASK
     assert not list(tmp_path.glob(".sft-*"))  # no temporary folder left behind
 
-    again, cached = warm_start(tiny_model_dir, TASK, settings, tmp_path, on_step=lambda *_: pytest.fail())
+    again, cached = warm_start(
+        tiny_model_dir, ARITHMETIC, settings, tmp_path, on_step=lambda *_: pytest.fail()
+    )
     assert cached and again == path
 
     other = {**TASK, "eval_size": 13}
@@ -97,14 +102,14 @@ def test_warm_start_caches_by_settings(tiny_model_dir, tmp_path):
     more = settings.model_copy(update={"lr": settings.lr / 2})
     assert cache_key(tiny_model_dir, TASK, more) != cache_key(tiny_model_dir, TASK, settings)
 
-    base, cached = warm_start(tiny_model_dir, TASK, SftSettings(steps=0), tmp_path)
+    base, cached = warm_start(tiny_model_dir, ARITHMETIC, SftSettings(steps=0), tmp_path)
     assert base == tiny_model_dir and cached
 
 
 def test_batched_greedy_decoding_matches_one_prompt_at_a_time(tiny):
     model, tok = tiny
-    task = ArithmeticTask(**TASK)
-    prompts = [task.prompt_messages(p) for p in task.eval_problems[:5]]
+    task = ARITHMETIC
+    prompts = [item.messages for item in task.heldout()[:5]]
     batched = greedy_replies(model, tok, prompts, max_new_tokens=6, batch_size=5)
     single = [greedy_replies(model, tok, [p], max_new_tokens=6)[0] for p in prompts]
     assert batched == single
@@ -113,10 +118,10 @@ def test_batched_greedy_decoding_matches_one_prompt_at_a_time(tiny):
 
 def test_evaluate_heldout_scores_every_eval_problem_with_the_env_scorer(tiny):
     model, tok = tiny
-    task = ArithmeticTask(**TASK)
+    task = ARITHMETIC
     result = evaluate_heldout(model, tok, task, max_new_tokens=6, batch_size=4)
-    assert result.total == len(task.eval_problems) == 12
-    assert [s.question for s in result.samples] == [p.question for p in task.eval_problems]
+    assert result.total == len(task.heldout()) == 12
+    assert [s.question for s in result.samples] == [item.question for item in task.heldout()]
     assert result.correct == sum(s.correct for s in result.samples)
     assert result.accuracy == result.correct / 12
 
@@ -126,8 +131,8 @@ def test_evaluate_heldout_scores_every_eval_problem_with_the_env_scorer(tiny):
 
 
 def test_eval_after_warm_start_is_repeatable(tiny_model_dir, tmp_path):
-    task = ArithmeticTask(**TASK)
-    path, _ = warm_start(tiny_model_dir, TASK, SftSettings(steps=4, batch_size=8), tmp_path)
+    task = ARITHMETIC
+    path, _ = warm_start(tiny_model_dir, ARITHMETIC, SftSettings(steps=4, batch_size=8), tmp_path)
     first = evaluate_model_dir(path, task, max_new_tokens=6)
     second = evaluate_model_dir(path, task, max_new_tokens=6)
     assert [s.reply for s in first.samples] == [s.reply for s in second.samples]
