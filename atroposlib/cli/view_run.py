@@ -266,18 +266,9 @@ def _build_page(gr: Any, viewer: Viewer, title: str) -> _Page:
     group_view = gr.HTML(elem_id="av-group")
     with gr.Accordion("Scores of all loaded groups", open=False):
         overall = gr.HTML(elem_id="av-overall")
+    position, following = gr.State(None), gr.State(True)
     return _Page(
-        status=status,
-        buttons=buttons,
-        follow=follow,
-        env=env,
-        grab=grab,
-        group_view=group_view,
-        overall=overall,
-        position=gr.State(None),
-        following=gr.State(True),
-        gallery=gallery,
-        prompt_box=prompt_box,
+        status, buttons, follow, env, grab, group_view, overall, position, following, gallery, prompt_box
     )
 
 

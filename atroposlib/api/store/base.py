@@ -71,10 +71,10 @@ class BatchRow:
 class HighWaterMarks:
     """The highest id of each kind handed out so far; stored so that no id is reused after a restart."""
 
-    group_id: int = 0
-    batch_id: int = 0
-    queue_sequence: int = 0
-    batch_position: int = 0
+    group_id: int = 0  #: the newest group's id
+    batch_id: int = 0  #: the newest batch's id
+    queue_sequence: int = 0  #: the queue sequence of the group that entered the queue last
+    batch_position: int = 0  #: the highest position a batch was given
 
 
 @dataclass
