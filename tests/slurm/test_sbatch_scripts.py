@@ -247,3 +247,72 @@ def test_inference_and_env_jobs_join_an_existing_api(slurm_cluster, tiny_model_d
         health = requests.get(f"{api.url}/health", headers=api.headers(), timeout=10).json()
         received = sum(len(b["batch"]) for b in served) * GROUP_SIZE + health["waiting_sequences"]
         assert received >= sent * GROUP_SIZE, (received, sent, health)
+
+
+def _step_id(cluster, job_id: str, name: str) -> str | None:
+    out = cluster.run("squeue", "--noheader", "--steps", f"--jobs={job_id}", "--format=%i %j", check=False)
+    return next((line.split()[0] for line in out.stdout.splitlines() if line.split()[1:] == [name]), None)
+
+
+def test_a_cancelled_env_step_loses_nothing_and_its_requeued_job_rejoins(
+    slurm_cluster, tiny_model_dir, tmp_path
+):
+    """``scancel`` of the environment's job step (killed without notice), then ``scontrol requeue`` of its job:
+    every group it reported sent is in the API, and the requeued job registers again and sends more."""
+    with launch_api(data_dir=tmp_path / "api", api_key=API_KEY) as api:
+        registration = {
+            "wandb_group": "g", "wandb_project": "p", "batch_size": 4, "max_token_len": 256,
+            "checkpoint_dir": str(tmp_path / "ckpt"), "save_checkpoint_interval": -1, "starting_step": 0,
+            "num_steps": 1000,
+        }  # fmt: skip
+        requests.post(f"{api.url}/register", json=registration, headers=api.headers(), timeout=10)
+        requests.get(f"{api.url}/batch", headers=api.headers(), timeout=10)
+
+        infer_dir, env_dir = tmp_path / "inference", tmp_path / "env"
+        infer_env = _cpu_env(slurm_cluster, infer_dir, tiny_model_dir, GPUS_PER_NODE="1")
+        infer_job = _sbatch(slurm_cluster, "atropos_inference.sbatch", infer_env, infer_dir)
+        env_env = _cpu_env(
+            slurm_cluster, env_dir, tiny_model_dir, GPUS_PER_NODE="1", INFER_PORT=infer_env["INFER_PORT"],
+            INFERENCE_JOB_ID=infer_job, ATROPOS_API_URL=api.url, ENV_SCRIPT="environments/arithmetic_server.py",
+            ENV_ARGS=ENV_ARGS, NUM_ENV_WORKERS="1",
+        )  # fmt: skip
+        env_job = _sbatch(slurm_cluster, "atropos_env.sbatch", env_env, env_dir)
+
+        served: list[int] = []
+
+        def received_groups() -> int:
+            """Groups the API took: served to the trainer (drained here, as a trainer would) or queued."""
+            reply = requests.get(f"{api.url}/batch", headers=api.headers(), timeout=10).json()
+            served.append(len(reply.get("batch") or []))
+            health = requests.get(f"{api.url}/health", headers=api.headers(), timeout=10).json()
+            return sum(served) + int(health["waiting_sequences"]) // GROUP_SIZE
+
+        def registrations() -> int:
+            return len(
+                requests.get(f"{api.url}/inspect/envs", headers=api.headers(), timeout=10).json()["envs"]
+            )
+
+        logs = lambda: _logs(env_dir) + _logs(infer_dir)  # noqa: E731
+        running = lambda: _job_state(slurm_cluster, env_job) is not None  # noqa: E731
+        _wait("groups from the env job", lambda: received_groups() >= 3, 240, logs, running)
+        step = _wait("the env job step", lambda: _step_id(slurm_cluster, env_job, "env"), 30, logs)
+
+        slurm_cluster.run("scancel", step)
+        _wait("the env job to end", lambda: not running(), 120, logs)
+        (first_log,) = (env_dir / "logs").glob("env_*.log")
+        # Killed without notice: what it had in flight was never acknowledged; what it reported sent is in the API.
+        reported = [int(n) for n in re.findall(r"sent (\d+) groups", first_log.read_text(errors="replace"))]
+        first_log.rename(first_log.with_suffix(".first"))
+        assert received_groups() >= max(reported, default=0)
+        before_requeue = received_groups()
+
+        slurm_cluster.run("scontrol", "requeue", env_job)
+        _wait("the requeued job to register again", lambda: registrations() >= 2, 300, logs)
+        _wait(
+            "groups from the requeued job",
+            lambda: received_groups() >= before_requeue + 1, 240, logs, running,
+        )  # fmt: skip
+        _stop_and_check_no_leftovers(slurm_cluster, env_job, env_dir, "--batch", "--signal=TERM")
+        sent_after = sum(_groups_sent(p) for p in (env_dir / "logs").glob("env_*.log"))
+        _stop_and_check_no_leftovers(slurm_cluster, infer_job, infer_dir, "--batch", "--signal=TERM")
+        assert received_groups() >= before_requeue + sent_after
