@@ -81,6 +81,18 @@ def parse_layer_indices(value: object) -> list[int] | None:
     return sorted(set(items))
 
 
+def _older_name(field: str) -> property:
+    """compat: an attribute that reads and sets (validated) the field ``field``."""
+
+    def get(self: TrainingConfig) -> int:
+        return getattr(self, field)
+
+    def set_(self: TrainingConfig, value: int) -> None:
+        setattr(self, field, value)
+
+    return property(get, set_, doc=f"compat: another name for ``{field}``.")
+
+
 class TrainingConfig(BaseModel):
     """Configuration of the GRPO trainer (``atropos-grpo``).
 
@@ -434,23 +446,8 @@ class TrainingConfig(BaseModel):
         """compat: :attr:`trainer_batch_size`."""
         return self.trainer_batch_size
 
-    @property
-    def batch_size(self) -> int:
-        """compat: :attr:`micro_batch_size` (sequences per micro-batch)."""
-        return self.micro_batch_size
-
-    @batch_size.setter
-    def batch_size(self, value: int) -> None:
-        self.micro_batch_size = value
-
-    @property
-    def vllm_restart_interval(self) -> int:
-        """compat: :attr:`refresh_interval`."""
-        return self.refresh_interval
-
-    @vllm_restart_interval.setter
-    def vllm_restart_interval(self, value: int) -> None:
-        self.refresh_interval = value
+    batch_size = _older_name("micro_batch_size")
+    vllm_restart_interval = _older_name("refresh_interval")
 
     @property
     def resolved_plot_path(self) -> Path:
