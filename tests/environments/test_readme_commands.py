@@ -153,7 +153,7 @@ def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[
     if name == "swe_rl_env.py":
         return _test_module("test_env_swe_rl")._responder()
     if name == "verifiers_server.py":
-        return _test_module("test_env_verifiers").right_on_even_choices
+        return _test_module("test_env_verifiers").pencil_responder()
     if name == "mcp_env.py":
         mcp = _test_module("test_env_mcp")
         return mcp._caller(mcp.ROWS)
