@@ -14,7 +14,9 @@ model gets a short supervised warm start first (cached), on the task both enviro
 ``trainer_kill``       ``kill -9`` of the trainer's process group right after an uncheckpointed step,
                        then the same command again (``--resume latest``)
 ``api_kill``           ``kill -9`` of ``run-api``, then it is started again on the same port and store
-``env_stop``           ``SIGSTOP`` of the second environment for ``--stop-seconds``, then ``SIGCONT``
+``env_stop``           ``SIGSTOP`` of the second environment (owed half of every batch:
+                       ``min_batch_allocation`` 0.5) for ``--stop-seconds``, then ``SIGCONT``; ``run-api``
+                       stops waiting for it after ``--env-heartbeat-seconds`` (a quarter of the stop)
 =====================  ==========================================================================
 
 and then checks, printed as a table: the run reaches its step count; every batch (and every group, by the
@@ -125,14 +127,21 @@ class FaultRun:
         self.ckpt = workdir / "checkpoints"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.steps, self.stop_seconds, self.model_dir = steps, stop_seconds, model_dir
+        #: the API stops waiting for a silent env after this long (well within the stop)
+        self.heartbeat_seconds = max(2.0, stop_seconds / 4)
         self.api = ApiProcess(
-            port=free_port(), data_dir=workdir / "api", args=[], log_path=self.logs / "run-api.log"
+            port=free_port(),
+            data_dir=workdir / "api",
+            args=["--env-heartbeat-seconds", str(self.heartbeat_seconds)],
+            log_path=self.logs / "run-api.log",
         )
         self.inference_port = free_port()
         self.batch_size, self.group_size = 8, 4
+        # env_b is owed half of every batch, so that a stopped env_b would hold the trainer without the
+        # API's heartbeat.
         self.envs = {
-            name: ServiceProcess(name, self.env_command(), self.logs / f"{name}.log", CHILD_ENV, REPO_ROOT)
-            for name in ("env_a", "env_b")
+            name: ServiceProcess(name, self.env_command(*extra), self.logs / f"{name}.log", CHILD_ENV, REPO_ROOT)
+            for name, extra in (("env_a", ()), ("env_b", ("--env.min_batch_allocation", "0.5")))
         }  # fmt: skip
         self.trainer = self._new_trainer()
         self.report = FaultReport(steps=steps)
@@ -152,7 +161,7 @@ class FaultRun:
             "--log-dir", str(self.logs), "--resume", "latest",
         ]  # fmt: skip
 
-    def env_command(self) -> list[str]:
+    def env_command(self, *extra: str) -> list[str]:
         return [
             sys.executable, str(ENV_SCRIPT), "serve",
             "--env.tokenizer_name", str(self.model_dir), "--env.rollout_server_url", self.api.url,
@@ -164,7 +173,7 @@ class FaultRun:
             "--env.max_digits", str(TASK["max_digits"]), "--env.eval_size", str(TASK["eval_size"]),
             "--env.max_answer_tokens", "6", "--env.ensure_scores_are_not_same", "false",
             "--openai.base_url", f"http://127.0.0.1:{self.inference_port}/v1",
-            "--openai.model_name", str(self.model_dir), "--openai.server_type", "vllm",
+            "--openai.model_name", str(self.model_dir), "--openai.server_type", "vllm", *extra,
         ]  # fmt: skip
 
     def _new_trainer(self) -> ServiceProcess:
@@ -299,7 +308,10 @@ class FaultRun:
         finally:
             os.killpg(env.pid, signal.SIGCONT)
         f.restarted_at = time.time()
-        f.note = f"{self.trained() - before} step(s) trained while it was stopped ({self.stop_seconds:.0f} s)"
+        f.note = (
+            f"{self.trained() - before} step(s) trained while it was stopped ({self.stop_seconds:.0f} s; "
+            f"it is owed half of every batch, the API's heartbeat is {self.heartbeat_seconds:.0f} s)"
+        )
         self.next_step_after(f)
 
     # --- the run ----------------------------------------------------------------------------------

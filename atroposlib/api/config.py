@@ -79,6 +79,14 @@ class ApiConfig(BaseModel):
     inspect_history: int = Field(
         256, ge=0, description="Recently received groups kept for GET /inspect/recent."
     )
+    env_heartbeat_seconds: float = Field(
+        60.0,
+        ge=0,
+        description=(
+            "An environment not heard from (status poll, registration or groups) for this many seconds loses its"
+            " weight and min_batch_allocation until it is heard from again. 0: never."
+        ),
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     log_format: Literal["text", "json"] = Field(
         "text", description="'text': key=value lines; 'json': one JSON object per line."

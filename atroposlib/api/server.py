@@ -360,6 +360,7 @@ def create_app(config: ApiConfig | None = None, store: Store | None = None) -> F
             max_queue_bytes=config.max_queue_bytes,
             max_unacked_batches=config.max_unacked_batches,
             inspect_history=config.inspect_history,
+            env_heartbeat_seconds=config.env_heartbeat_seconds,
         )
         app.state.trajectory = state
         event(

@@ -23,7 +23,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import msgspec
@@ -70,6 +70,7 @@ class TrajectoryState:
         max_queue_bytes: int = 0,
         max_unacked_batches: int = 64,
         inspect_history: int = 256,
+        env_heartbeat_seconds: float = 0.0,
         clock: Callable[[], float] = time.time,
     ):
         self.store = store
@@ -77,6 +78,7 @@ class TrajectoryState:
         self.max_queue_bytes = max_queue_bytes
         self.max_unacked_batches = max_unacked_batches
         self.inspect_history = inspect_history
+        self.env_heartbeat_seconds = env_heartbeat_seconds
         self.clock = clock
         self.counters = Counters()
         self._load()
@@ -87,6 +89,10 @@ class TrajectoryState:
         snap = self.store.load()
         self.meta = RunMeta.from_dict(snap.meta)
         self.envs = [EnvRecord(**record) for record in snap.envs]
+        # When each env was last heard from (memory only: a status poll costs no write). A restarted API
+        # gives every environment a full heartbeat window to poll again.
+        self._opened_at = self.clock()
+        self._last_heard: dict[int, float] = {}
         self.groups: dict[int, GroupRow] = {}
         self.queue: list[GroupRow] = []
         self.buffers: dict[int, list[GroupRow]] = {}
@@ -208,6 +214,7 @@ class TrajectoryState:
         with self._transaction() as tx:
             tx.put_env(record.registered_id, record.to_dict())
             self.envs.append(record)
+        self._heard_from(record.registered_id)
         return {
             "status": "success",
             "env_id": record.registered_id,
@@ -256,6 +263,8 @@ class TrajectoryState:
         self._check_capacity(new_sequences, new_bytes)
         now = self.clock()
         results = []
+        for group in groups:
+            self._heard_from(group.env_id)
         with self._transaction() as tx:
             for group in groups:
                 results.append(self._add_group(tx, group, now))
@@ -395,13 +404,31 @@ class TrajectoryState:
         body = dumps({"batch": [msgspec.Raw(b) for b in blobs], "batch_id": batch.batch_id})
         return ServedBatch(batch.batch_id, body, len(blobs), sequences)
 
+    # ------------------------------------------------------------------ heartbeat
+
+    def _heard_from(self, env_id: int | None) -> None:
+        """Record contact from a registered env (kept in memory: a poll costs no write)."""
+        if env_id is not None and 0 <= env_id < len(self.envs):
+            self._last_heard[env_id] = self.clock()
+
+    def is_live(self, env: EnvRecord) -> bool:
+        """Connected, and heard from within ``env_heartbeat_seconds`` (always, when that is 0)."""
+        window = self.env_heartbeat_seconds
+        heard = self._last_heard.get(env.registered_id, self._opened_at)
+        return env.connected and (window <= 0 or self.clock() - heard <= window)
+
+    def live_envs(self) -> list[EnvRecord]:
+        """The env records as batching sees them: a silent env counts as disconnected (its weight and
+        ``min_batch_allocation`` go to the others) until it is heard from again."""
+        return [env if self.is_live(env) else replace(env, connected=False) for env in self.envs]
+
     def _formable_batches(self) -> list[list[int]]:
         """Every batch the queue can form now, as lists of group ids (formation order)."""
         queue = self.queue
         if not queue:
             return []
         has_min = any(e.min_batch_allocation is not None for e in self.envs)
-        mins = minimum_allocations(e.to_dict() for e in self.envs) if has_min else None
+        mins = minimum_allocations(e.to_dict() for e in self.live_envs()) if has_min else None
         batches = drain_batches(
             [r.size for r in queue], [r.env_id for r in queue], self.meta.batch_size, mins
         )
@@ -510,6 +537,7 @@ class TrajectoryState:
             tx.put_meta(asdict(meta))
             self.meta = meta
             self.envs = []
+            self._last_heard.clear()
             self.groups = {}
             self.queue = []
             self.buffers = {}
@@ -560,8 +588,13 @@ class TrajectoryState:
             raise NotRegistered(NOT_REGISTERED_MESSAGE)
         if env_id < 0 or env_id >= len(self.envs):
             raise UnknownEnv(f"unknown env_id {env_id}: {len(self.envs)} environment(s) are registered")
+        self._heard_from(env_id)
         status, group_size = env_status(
-            env_id, self.envs, ((r.env_id, r.size) for r in self.queue), self.meta.batch_size, self.meta.step
+            env_id,
+            self.live_envs(),
+            ((r.env_id, r.size) for r in self.queue),
+            self.meta.batch_size,
+            self.meta.step,
         )
         env = self.envs[env_id]
         if group_size != env.group_size:

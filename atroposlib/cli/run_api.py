@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect_history",
     ):
         add("--" + name.replace("_", "-"), dest=name, type=int, default=sup, help=doc(name))
+    add("--env-heartbeat-seconds", dest="env_heartbeat_seconds", type=float, default=sup,
+        help=doc("env_heartbeat_seconds"))  # fmt: skip
     add("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"], default=sup,
         help=doc("log_level"))  # fmt: skip
     add("--log-format", dest="log_format", choices=["text", "json"], default=sup, help=doc("log_format"))

@@ -248,3 +248,53 @@ def test_store_refuses_newer_schema_and_second_opener(tmp_path):
     first.close()
     with pytest.raises(StoreError, match="newer"):
         SqliteStore(tmp_path / "db")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_silent_env_loses_its_minimum_share_until_it_is_heard_from(make_state):
+    clock = Clock()
+    state = make_state(env_heartbeat_seconds=30, clock=clock)
+    state.register(reg(batch_size=4))
+    state.next_batch()
+    for name in ("busy", "hung"):
+        state.register_env(
+            RegisterEnv(
+                max_token_length=64, desired_name=name, weight=1.0, group_size=2, min_batch_allocation=0.5
+            )
+        )
+    put(state, grp(2, 0, env_id=0), grp(2, 10, env_id=0))
+    assert state.next_batch() is None  # "hung" is owed half of every batch
+    clock.now += 20
+    state.status_env(0)  # "busy" polls; "hung" stays silent
+    assert state.next_batch() is None  # still within the window
+    clock.now += 15
+    state.status_env(0)
+    assert state.status_env(0)["env_weight"] == 1.0  # the silent env's weight went to the others
+    assert served_markers(state.next_batch()) == [0, 10]
+    state.status_env(1)  # heard from again: it is owed its share once more
+    put(state, grp(2, 20, env_id=0), grp(2, 30, env_id=0))
+    assert state.next_batch() is None
+    assert state.status_env(1)["env_weight"] == 0.5
+
+
+def test_no_heartbeat_window_keeps_every_connected_env(make_state):
+    clock = Clock()
+    state = make_state(clock=clock)
+    state.register(reg(batch_size=4))
+    state.next_batch()
+    for name in ("busy", "hung"):
+        state.register_env(
+            RegisterEnv(
+                max_token_length=64, desired_name=name, weight=1.0, group_size=2, min_batch_allocation=0.5
+            )
+        )
+    put(state, grp(2, 0, env_id=0), grp(2, 10, env_id=0))
+    clock.now += 10_000
+    assert state.next_batch() is None
