@@ -169,6 +169,10 @@ async def test_tools_run_on_the_toolset_with_rollout_state_and_the_stop_ends_the
     "args, message",
     [
         (["--env.vf_env_name", "vf_test_sandboxed"], "task BuildTask needs a runtime (its own setup hook)"),
+        (
+            ["--env.vf_env_name", "vf_test_debate"],
+            "exports its own Env (DebateEnv): multi-agent environments",
+        ),
         (["--env.vf_env_name", "vf_test_intercepted"], "@vf.stop 'said_done' reads a Request or Response"),
         (["--env.vf_env_name", "vf_not_installed"], "taskset 'vf_not_installed' not found"),
         (
