@@ -70,8 +70,8 @@ class VerifiersEvaluationConfig(EvalConfig):
     @model_validator(mode="after")
     def _compat_names(self) -> VerifiersEvaluationConfig:
         # compat: temperature and max_concurrent are this evaluation's names for the core's settings
-        self.eval_temperature = self.temperature
-        self.max_eval_workers = self.max_concurrent
+        object.__setattr__(self, "eval_temperature", self.temperature)
+        object.__setattr__(self, "max_eval_workers", self.max_concurrent)
         return self
 
 

@@ -65,7 +65,7 @@ def test_multi_turn_tool_conversations_are_played_and_written_whole(scripted):
     run = scripted.evaluation(
         VerifiersEvaluationEnv,
         ["--env.vf_env_name", "vf_test_tools", "--env.env_args", '{"count": 6}', "--env.max_eval_items", "4",
-         "--env.max_concurrent", "2"],
+         "--env.max_concurrent", "2", "--env.temperature", "0.3"],
         responder,
         server_type=None,
     )  # fmt: skip
@@ -76,6 +76,7 @@ def test_multi_turn_tool_conversations_are_played_and_written_whole(scripted):
     assert [msg["role"] for msg in right["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
     assert '"content": "17"' in right["messages"][3]["content"] and right["reply"] == "There are 17 pencils."
     assert [s["score"] for s in run.samples] == [1.5, 0.0, 1.5, 0.0] and len(run.requests) == 6
+    assert all(r["body"]["temperature"] == 0.3 for r in run.requests)
 
 
 async def test_what_is_not_carried_stops_the_setup(tiny_model_dir):
