@@ -262,3 +262,33 @@ def test_serve_sends_token_exact_multi_turn_groups(scripted, api, tiny_model_dir
     assert sorted(served.group["scores"]) == [0.0, 1.5]
     check_pencil_group(served.group, AutoTokenizer.from_pretrained(str(tiny_model_dir)))
     assert all(r["path"] == "/generate" for r in served.requests)
+
+
+def test_serve_sends_token_exact_single_turn_groups(scripted, api, tiny_model_dir):
+    served = scripted.serve(
+        VerifiersEnv, ["--env.vf_env_name", "vf_test_arith", "--env.group_size", "2",
+                       "--env.max_tokens_per_turn", "64"],
+        arith_responder(), api,
+    )  # fmt: skip
+    assert sorted(served.group["scores"]) == [0.5, 1.5]
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    trained_texts = _trained_and_masked(served.group, tokenizer)
+    for (trained, _), messages in zip(trained_texts, served.group["messages"], strict=True):
+        assert trained == messages[-1]["content"] + "<|im_end|>" and len(messages) == 3
+
+
+def test_evaluate_a_single_turn_taskset(scripted):
+    def right_on_even_tasks(prompt: Any, index: int) -> str:
+        a, b = map(int, re.search(r"What is (\d+) \+ (\d+)\?", _text(prompt)).groups())
+        return f"\\boxed{{{a + b}}}" if a % 2 == 0 else f"\\boxed{{{a + b + 1}}}"
+
+    evaluation = scripted.evaluation(
+        VerifiersEnv,
+        ["--env.vf_env_name", "vf_test_arith", "--env.eval_vf_env_args", '{"count": 4, "offset": 100}',
+         "--env.max_tokens_per_turn", "64"],
+        right_on_even_tasks,
+    )  # fmt: skip
+    assert [s["score"] for s in evaluation.samples] == [1.5, 0.5, 1.5, 0.5]  # 203, 205, 207, 209
+    metrics = evaluation.metrics
+    assert metrics["eval/mean_score"] == 1.0 and metrics["eval/percent_correct"] == 0.5
+    assert metrics["eval/reward_correct"] == 0.5 and metrics["eval/reward_boxed"] == 1.0
