@@ -86,12 +86,9 @@ class RunnerState(Generic[T]):
     """A ``BaseEnv`` attribute that lives on the env's runner: ``env.<name>`` reads and writes
     ``env.runner.<part>.<attr>`` (``part`` None: the runner itself; ``attr`` defaults to the name)."""
 
-    def __init__(
-        self, part: Optional[str] = None, attr: Optional[str] = None, *, writable: bool = True
-    ) -> None:
+    def __init__(self, part: Optional[str] = None, attr: Optional[str] = None) -> None:
         self.part = part
-        self.attr = attr
-        self.writable = writable
+        self.attr = attr or ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -105,14 +102,12 @@ class RunnerState(Generic[T]):
         return runner if self.part is None else getattr(runner, self.part)
 
     def __get__(self, env: Any, owner: Optional[type] = None) -> T:
-        if env is None:
+        if env is None:  # looked up on the class: the descriptor itself
             return self  # type: ignore[return-value]
-        return getattr(self._holder(env), self.attr)  # type: ignore[arg-type]
+        return getattr(self._holder(env), self.attr)
 
     def __set__(self, env: Any, value: T) -> None:
-        if not self.writable:
-            raise AttributeError(f"{self.name} is read-only")
-        setattr(self._holder(env), self.attr, value)  # type: ignore[arg-type]
+        setattr(self._holder(env), self.attr, value)
 
 
 class BaseEnv(ABC):

@@ -58,7 +58,7 @@ def test_constructor_contract(tiny_model_dir, tmp_path):
     assert env.status_dict == {}
     assert env.tokenizer.eos_token == "<|im_end|>"
     assert env.max_num_workers == 8  # max_num_workers_per_node * one (harness) server
-    # ``name`` becomes the default wandb_name (the original ignored it)
+    # ``name`` becomes the default wandb_name
     assert env.config.wandb_name == "counting"
 
     class Unnamed(CountingEnv):
@@ -112,7 +112,7 @@ async def test_handle_send_validates_counts_and_writes_jsonl(tiny_model_dir, tmp
         "tokens": np.array([[5, 6, 7], [5, 6, 8]]),
         "masks": np.array([[-100, 6, 7], [-100, 6, 8]]),
         "scores": np.array([1.0, 0.0], dtype=np.float32),
-        "group_overrides": None,  # the original crashed on an explicit None
+        "group_overrides": None,  # an explicit None is accepted
     }
     sent = await env.handle_send_to_api(
         [ragged, None, nan, same, wrong_size, group(), numpy_group],
