@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.evals.judge import Judge, JudgedEnvMixin, JudgeSettings, failure_metrics
+from atroposlib.evals.judge import Judge, JudgedEnvMixin, Judgement, JudgeSettings, failure_metrics
 from atroposlib.utils.replies import final_boxed_answer
 
 Messages = list[dict[str, str]]
@@ -198,6 +198,22 @@ def fill_unreadable(scores: Sequence[Optional[float]]) -> list[float]:
     return [neutral if s is None else s for s in scores]
 
 
+def graded_scores(grades: Sequence[Optional[Judgement[float]]], tally: JudgeTally) -> list[float]:
+    """A group's scores from one judge grade per reply: the grade's value, 0.0 for a reply scored without the
+    judge (None), and :func:`fill_unreadable`'s mean for an unreadable grade; the judgements are counted in
+    ``tally``."""
+    asked = [g for g in grades if g is not None]
+    tally.add(len(asked), sum(g.failed for g in asked))
+    return fill_unreadable([0.0 if g is None else g.value for g in grades])
+
+
+def eval_grade_of(grade: Optional[Judgement[float]], fields: Optional[dict[str, Any]] = None) -> EvalGrade:
+    """The :class:`EvalGrade` of one judge grade (None: scored 0.0 without the judge), with ``fields``."""
+    if grade is None:
+        return EvalGrade(0.0, fields=dict(fields or {}))
+    return EvalGrade(grade.value, 1, int(grade.failed), {**(fields or {}), **grade.record()})
+
+
 def shows_judge_markers(reply: str, markers: Sequence[str]) -> bool:
     """Whether ``reply`` writes any of the judge template's section markers (an attempt to rewrite the
     judge's prompt), ignoring case."""
@@ -212,7 +228,9 @@ __all__: list[Any] = [
     "PolicyJudgeMixin",
     "PolicyJudgeSettings",
     "RoundRobin",
+    "eval_grade_of",
     "fill_unreadable",
+    "graded_scores",
     "preferred_first",
     "round_robin",
     "shows_judge_markers",

@@ -53,7 +53,8 @@ from environments.community._judging.policy_judge import (  # noqa: E402
     JudgeTally,
     PolicyJudgeMixin,
     PolicyJudgeSettings,
-    fill_unreadable,
+    eval_grade_of,
+    graded_scores,
 )
 
 DATASET = Path(__file__).resolve().parent / "humor_dataset.jsonl"
@@ -201,15 +202,10 @@ class HumorEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedEvaluation, SingleTu
 
     async def score_replies_async(self, replies: Sequence[str], item: HumorItem) -> list[float]:
         grades = await asyncio.gather(*(self.grade(reply, item) for reply in replies))
-        asked = [g for g in grades if g is not None]
-        self.tally.add(len(asked), sum(g.failed for g in asked))
-        return fill_unreadable([0.0 if g is None else g.value for g in grades])
+        return graded_scores(grades, self.tally)
 
     async def eval_grade(self, reply: str, item: HumorItem) -> EvalGrade:
-        grade = await self.grade(reply, item)
-        if grade is None:
-            return EvalGrade(0.0)
-        return EvalGrade(grade.value, 1, int(grade.failed), grade.record())
+        return eval_grade_of(await self.grade(reply, item))
 
     def eval_sample_fields(self, item: HumorItem) -> dict[str, Any]:
         return {"comedian": item.comedian, "format": item.format}

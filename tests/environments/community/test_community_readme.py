@@ -86,6 +86,8 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_starmap_compression")._responder
     if folder == "selcube":
         return _test_module("test_selcube").solver(spoil_every=2)
+    if folder == "cybersecurity_sigma":
+        return _test_module("test_cybersecurity_sigma")._responder
     if folder == "word_hunt":
         hunt = _test_module("test_env_word_hunt")
         return hunt._responder(hunt.Dictionary.load(hunt.DEFAULT_DICTIONARY, 3, 16))
