@@ -88,6 +88,10 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_selcube").solver(spoil_every=2)
     if folder == "cybersecurity_sigma":
         return _test_module("test_cybersecurity_sigma")._responder
+    if folder == "cat_behavior_env":
+        return _test_module("test_cat_behavior_env").cat_caretaker_and_judge()
+    if folder == "bleuberi":
+        return _test_module("test_bleuberi")._responder
     if folder == "word_hunt":
         hunt = _test_module("test_env_word_hunt")
         return hunt._responder(hunt.Dictionary.load(hunt.DEFAULT_DICTIONARY, 3, 16))
