@@ -1,0 +1,1 @@
+"""BLEUBERI: instruction following rewarded by BLEU against reference answers (see ``bleuberi_env.py``)."""
