@@ -42,14 +42,9 @@ from atroposlib.utils.replies import answer_section
 from environments.community._judging.policy_judge import JudgeTally, PolicyJudgeMixin, PolicyJudgeSettings
 
 try:
-    from environments.community.cat_behavior_env.cat_rules import (
-        CAT_SCENARIOS_FILEPATH,
-        cat_verdict,
-        load_cat_behaviors_for_prompt,
-        rule_broken,
-    )
+    from environments.community.cat_behavior_env import cat_rules
 except ModuleNotFoundError:  # run as a script: this folder is on the path
-    from cat_rules import CAT_SCENARIOS_FILEPATH, cat_verdict, load_cat_behaviors_for_prompt, rule_broken
+    import cat_rules
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +87,7 @@ class CatSession:
 
     def __post_init__(self) -> None:
         self.messages = [
-            {"role": "system", "content": cat_system_prompt + load_cat_behaviors_for_prompt()},
+            {"role": "system", "content": cat_system_prompt + cat_rules.load_cat_behaviors_for_prompt()},
             {"role": "user", "content": self.scenario},
         ]
 
@@ -106,7 +101,7 @@ class CatSession:
         return (completion.choices[0].message.content or "").strip() if completion.choices else ""
 
     async def step(self, reply: str, turn: int) -> Feedback:
-        self.broken = rule_broken(reply)
+        self.broken = cat_rules.rule_broken(reply)
         if self.broken is not None:
             return Feedback(done=True, reward=-1.0, info={"rule_broken": self.broken})
         self.transcript.append((answer_section(reply).strip(), ""))
@@ -177,7 +172,9 @@ class CatBehaviorEnv(PolicyJudgeMixin, LocalServerDefaults, MultiTurnEnv):
         cfg = self.config
 
         def scenarios(path: Optional[str]) -> list[str]:
-            rows = load_rows(path or CAT_SCENARIOS_FILEPATH, lambda: [], ["scenario"], "cat_scenarios.json")
+            rows = load_rows(
+                path or cat_rules.CAT_SCENARIOS_FILEPATH, lambda: [], ["scenario"], "cat_scenarios.json"
+            )
             return [str(row["scenario"]) for row in rows]
 
         self.train = scenarios(cfg.dataset_path)
@@ -206,7 +203,7 @@ class CatBehaviorEnv(PolicyJudgeMixin, LocalServerDefaults, MultiTurnEnv):
         if not session.transcript:
             return played  # cut off before its first reply: scored meow without the judge
         prompt = JUDGE_PROMPT.format(scenario=session.scenario, conversation=session.conversation())
-        session.verdict = await self.judge.grade([{"role": "user", "content": prompt}], cat_verdict)
+        session.verdict = await self.judge.grade([{"role": "user", "content": prompt}], cat_rules.cat_verdict)
         (self.eval_tally if evaluation else self.tally).add(1, int(session.verdict.failed))
         return None if session.verdict.failed else played
 

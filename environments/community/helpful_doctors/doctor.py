@@ -45,34 +45,18 @@ from atroposlib.envs.server_handling.server_manager import ServerManager
 from atroposlib.utils.replies import answer_section
 
 try:
-    from environments.community.helpful_doctors.medqa import (
-        FINAL_MESSAGE,
-        HUB_DATASET,
-        MedQAItem,
-        diagnosis_of,
-        items_from_rows,
-        named_option,
-        states_diagnosis,
-    )
-    from environments.community.helpful_doctors.patient import Patient, patient_profiles
+    from environments.community.helpful_doctors import medqa
+    from environments.community.helpful_doctors import patient as patient_sim
 except ModuleNotFoundError:  # run as a script: this folder is on the path
-    from medqa import (
-        FINAL_MESSAGE,
-        HUB_DATASET,
-        MedQAItem,
-        diagnosis_of,
-        items_from_rows,
-        named_option,
-        states_diagnosis,
-    )
-    from patient import Patient, patient_profiles
+    import medqa
+    import patient as patient_sim
 
 doctor_system_prompt = f"""You are a doctor talking with a patient. Find the diagnosis from their symptoms.
 Ask the patient follow-up questions, one reply at a time, up to 10 of them, then make your diagnosis.
 You may think inside <think> </think> tags before each reply; the patient sees only what follows them.
 Once you are confident, give the diagnosis on its own line in the form:
 
-{FINAL_MESSAGE} <diagnosis>"""
+{medqa.FINAL_MESSAGE} <diagnosis>"""
 
 OPTIONS_PROMPT = """
 
@@ -80,7 +64,7 @@ The case has these answer options; your diagnosis must be exactly one of them (i
 {options}"""
 
 
-def doctor_prompt(item: MedQAItem, show_options: bool) -> str:
+def doctor_prompt(item: medqa.MedQAItem, show_options: bool) -> str:
     """The doctor's system prompt, listing the item's options when ``show_options``."""
     if not show_options:
         return doctor_system_prompt
@@ -92,8 +76,8 @@ def doctor_prompt(item: MedQAItem, show_options: bool) -> str:
 class Consultation:
     """One episode: the case, the patient, and the diagnosis once stated."""
 
-    item: MedQAItem
-    patient: Patient
+    item: medqa.MedQAItem
+    patient: patient_sim.Patient
     show_options: bool
     messages: list[dict[str, Any]] = field(default_factory=list)
     stated: bool = False
@@ -112,10 +96,10 @@ class Consultation:
         visible = answer_section(reply)
         if visible is None:  # malformed reasoning: the consultation cannot go on
             return Feedback(done=True, info={"malformed": True})
-        if states_diagnosis(visible):
+        if medqa.states_diagnosis(visible):
             self.stated = True
-            self.diagnosis = diagnosis_of(reply)
-            self.chosen = named_option(self.diagnosis, self.item, self.show_options)
+            self.diagnosis = medqa.diagnosis_of(reply)
+            self.chosen = medqa.named_option(self.diagnosis, self.item, self.show_options)
             return Feedback(done=True, info={"diagnosis": self.diagnosis, "chosen": self.chosen})
         answer = await self.patient.reply_to(visible.strip())
         return Feedback(messages=[{"role": "user", "content": answer}])
@@ -170,8 +154,8 @@ class DoctorEnv(LocalServerDefaults, MultiTurnEnv):
         super().__init__(config, server_configs, slurm, testing)
         patient = teacher_server_configs
         self.patient_server = ServerManager(patient, slurm=False, testing=testing) if patient else self.server
-        self.train: list[MedQAItem] = []
-        self.test: list[MedQAItem] = []
+        self.train: list[medqa.MedQAItem] = []
+        self.test: list[medqa.MedQAItem] = []
         self.persona_rng = random.Random(config.shuffle_seed)
 
     @classmethod
@@ -199,9 +183,11 @@ class DoctorEnv(LocalServerDefaults, MultiTurnEnv):
             await self.patient_server.close()
 
     # -- data -------------------------------------------------------------------------------------------
-    def _items(self, path: Optional[str], split: str) -> list[MedQAItem]:
-        rows = load_rows(path, hub_split(HUB_DATASET, split), ["question", "options", "answer"], HUB_DATASET)
-        items = items_from_rows(rows, str(path or f"{HUB_DATASET} {split}"))
+    def _items(self, path: Optional[str], split: str) -> list[medqa.MedQAItem]:
+        rows = load_rows(
+            path, hub_split(medqa.HUB_DATASET, split), ["question", "options", "answer"], medqa.HUB_DATASET
+        )
+        items = medqa.items_from_rows(rows, str(path or f"{medqa.HUB_DATASET} {split}"))
         random.Random(self.config.shuffle_seed).shuffle(items)
         return items
 
@@ -213,26 +199,26 @@ class DoctorEnv(LocalServerDefaults, MultiTurnEnv):
         else:
             self.test = self.train[: cfg.eval_size]
 
-    async def get_next_item(self) -> MedQAItem:
+    async def get_next_item(self) -> medqa.MedQAItem:
         return self.next_in_turn(self.train)
 
-    def eval_items(self) -> Sequence[MedQAItem]:
+    def eval_items(self) -> Sequence[medqa.MedQAItem]:
         return self.test
 
     # -- episodes ---------------------------------------------------------------------------------------
-    def persona(self, item: MedQAItem, evaluation: bool) -> int:
+    def persona(self, item: medqa.MedQAItem, evaluation: bool) -> int:
         """The persona of a consultation: random in training, fixed by the case in evaluation."""
         if evaluation:
-            return zlib.crc32(item.question.encode()) % len(patient_profiles)
-        return self.persona_rng.randrange(len(patient_profiles))
+            return zlib.crc32(item.question.encode()) % len(patient_sim.patient_profiles)
+        return self.persona_rng.randrange(len(patient_sim.patient_profiles))
 
-    async def new_session(self, item: MedQAItem, *, evaluation: bool = False) -> Consultation:
-        profile = patient_profiles[self.persona(item, evaluation)]
+    async def new_session(self, item: medqa.MedQAItem, *, evaluation: bool = False) -> Consultation:
+        profile = patient_sim.patient_profiles[self.persona(item, evaluation)]
         sampling = {
             "max_tokens": self.config.patient_max_tokens,
             "temperature": self.config.patient_temperature,
         }
-        patient = Patient(profile.format(symptoms=item.question), self.patient_server, sampling)
+        patient = patient_sim.Patient(profile.format(symptoms=item.question), self.patient_server, sampling)
         consultation = Consultation(item, patient, self.config.show_options)
         await consultation.open()
         return consultation
@@ -248,7 +234,9 @@ class DoctorEnv(LocalServerDefaults, MultiTurnEnv):
             "questions": float(questions),
         }
 
-    def eval_sample_fields(self, item: MedQAItem, session: Consultation, episode: Episode) -> dict[str, Any]:
+    def eval_sample_fields(
+        self, item: medqa.MedQAItem, session: Consultation, episode: Episode
+    ) -> dict[str, Any]:
         return {
             "question": item.question,
             "answer_idx": item.answer_idx,

@@ -41,11 +41,10 @@ from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 
 try:
-    from environments.community.poker_holdem.actions import ACTION_TYPES, parse_action, reply_action
-    from environments.community.poker_holdem.reward_fns import PokerCombinedReward
+    from environments.community.poker_holdem import actions, reward_fns
 except ModuleNotFoundError:  # run as a script: this folder is on the path
-    from actions import ACTION_TYPES, parse_action, reply_action
-    from reward_fns import PokerCombinedReward
+    import actions
+    import reward_fns
 
 HUB_DATASET = "yoniebans/6max-nlh-poker"
 STAGES = ("PREFLOP", "FLOP", "TURN", "RIVER")
@@ -76,7 +75,7 @@ def items_from_rows(rows: Sequence[dict[str, Any]], source: str) -> list[PokerIt
         field = "formatted_winning_action" if row.get("formatted_winning_action") else "winning_action"
         if not target:
             raise DatasetError(f"{where}: missing field 'winning_action'")
-        if parse_action(str(target)) is None:
+        if actions.parse_action(str(target)) is None:
             raise DatasetError(f"{where}: field '{field}' is {str(target)!r}, not a poker action")
         stage = str(row["game_stage"]).strip().upper()
         if stage not in STAGES:
@@ -122,7 +121,9 @@ class PokerEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
     def __init__(self, config: PokerEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.correct_threshold = config.correctness_threshold
-        self.reward_function = PokerCombinedReward(config.action_match_weight, config.bet_sizing_weight)
+        self.reward_function = reward_fns.PokerCombinedReward(
+            config.action_match_weight, config.bet_sizing_weight
+        )
         self.stage_scores: dict[str, list[float]] = defaultdict(list)
         self.actions: Counter[str] = Counter()
 
@@ -163,7 +164,7 @@ class PokerEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
         if len(replies) > 1:  # a training group (evaluation scores one reply at a time)
             self.stage_scores[item.stage].extend(scores)
             for reply in replies:
-                decision = reply_action(reply)
+                decision = actions.reply_action(reply)
                 self.actions[decision.kind if decision else "unknown"] += 1
         return scores
 
@@ -184,7 +185,7 @@ class PokerEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
         return {"hand_id": item.hand_id, "stage": item.stage, "winner_action": item.winner_action}
 
     def reply_fields(self, reply: str, item: PokerItem) -> dict[str, Any]:
-        decision = reply_action(reply)
+        decision = actions.reply_action(reply)
         return {"decision": str(decision) if decision else None}
 
     def extra_eval_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -203,7 +204,7 @@ class PokerEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
             wandb_metrics[f"train/count_{stage.lower()}"] = float(len(scores))
         total = sum(self.actions.values())
         if total:
-            for action in (*ACTION_TYPES, "unknown"):
+            for action in (*actions.ACTION_TYPES, "unknown"):
                 wandb_metrics[f"train/action_{action}_pct"] = 100.0 * self.actions[action] / total
         self.stage_scores = defaultdict(list)
         self.actions = Counter()

@@ -34,11 +34,11 @@ from atroposlib.envs.episodes import Episode
 from atroposlib.envs.games import GameEnv, GameEnvConfig, GameSession, InvalidAction, action_tool_schema
 
 try:
-    from environments.community.selcube.rubiks_cube_curriculum import LEVELS, RubiksCubeCurriculum
-    from environments.community.selcube.rubiks_cube_logic import MOVES, Cube, scramble
+    from environments.community.selcube import rubiks_cube_curriculum as curriculum
+    from environments.community.selcube import rubiks_cube_logic as logic
 except ModuleNotFoundError:  # run as a script: this folder is on the path
-    from rubiks_cube_curriculum import LEVELS, RubiksCubeCurriculum
-    from rubiks_cube_logic import MOVES, Cube, scramble
+    import rubiks_cube_curriculum as curriculum
+    import rubiks_cube_logic as logic
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,9 @@ class RubiksCubeEnvConfig(GameEnvConfig):
     cube_size: int = Field(3, ge=3, le=3, description="cube size (3x3 only)")
     reward_per_correctly_placed_cubie: float = Field(0.05, description="reward per cubie a move solves")
     reward_per_step_reduction: float = Field(0.01, description="cost of each move")
-    use_curriculum: bool = Field(True, description="draw scramble depths from the curriculum's current level")
+    use_curriculum: bool = Field(
+        True, description="draw scramble depths from the curriculum's current level"
+    )
     curriculum_starting_level: int = Field(1, ge=1, le=5, description="curriculum level to start at")
     curriculum_max_level: int = Field(5, ge=1, le=5, description="highest curriculum level")
     curriculum_auto_progress: bool = Field(
@@ -110,7 +112,7 @@ class CubeSession(GameSession):
     def __init__(self, config: RubiksCubeEnvConfig, scrambled: list[str], limit: int, level: int):
         super().__init__(config.action_format, config.invalid_action_penalty)
         self.config = config
-        self.cube = Cube.solved()
+        self.cube = logic.Cube.solved()
         for move in scrambled:
             self.cube.rotate(move)
         self.scrambled = scrambled
@@ -118,7 +120,7 @@ class CubeSession(GameSession):
         self.level = level
         #: whether this is a training game (which counts for the curriculum)
         self.training = True
-        schema = action_tool_schema("move", "one move in standard notation", list(MOVES))
+        schema = action_tool_schema("move", "one move in standard notation", list(logic.MOVES))
         self.open(RULES, schema, "R", self.observation())
 
     def observation(self) -> str:
@@ -130,7 +132,7 @@ class CubeSession(GameSession):
 
     def parse_move(self, text: str) -> str:
         move = text.strip().replace("’", "'")
-        if move not in MOVES:
+        if move not in logic.MOVES:
             raise InvalidAction(f"{text!r} is not one move of U D L R F B (plain, ' or 2)")
         return move
 
@@ -153,9 +155,9 @@ def cube_game(item: dict[str, int], config: RubiksCubeEnvConfig) -> tuple[list[s
     rng = random.Random(f"selcube:{item['seed']}")
     level = int(item.get("level", 0))
     if level:
-        tier = LEVELS[level]
-        return scramble(rng, tier.scramble_length(rng)), tier.max_steps
-    return scramble(rng, config.scramble_moves), config.max_steps
+        tier = curriculum.LEVELS[level]
+        return logic.scramble(rng, tier.scramble_length(rng)), tier.max_steps
+    return logic.scramble(rng, config.scramble_moves), config.max_steps
 
 
 class RubiksCubeEnv(GameEnv):
@@ -168,9 +170,9 @@ class RubiksCubeEnv(GameEnv):
 
     def __init__(self, config: RubiksCubeEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.curriculum: Optional[RubiksCubeCurriculum] = None
+        self.curriculum: Optional[curriculum.RubiksCubeCurriculum] = None
         if config.use_curriculum:
-            self.curriculum = RubiksCubeCurriculum(
+            self.curriculum = curriculum.RubiksCubeCurriculum(
                 config.curriculum_starting_level,
                 config.curriculum_max_level,
                 config.curriculum_auto_progress,

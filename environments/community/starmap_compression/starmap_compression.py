@@ -38,14 +38,9 @@ from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.vqa_answers import tagged_answer
 
 try:
-    from environments.community.starmap_compression.starfield import (
-        StarField,
-        catalogue_field,
-        generate_field,
-        parse_kept,
-    )
+    from environments.community.starmap_compression import starfield
 except ModuleNotFoundError:  # run as a script: this folder is on the path
-    from starfield import StarField, catalogue_field, generate_field, parse_kept
+    import starfield
 
 SYSTEM_PROMPT = (
     "You compress star maps. You may think inside <think> </think> tags first. A star is seen from a view "
@@ -55,7 +50,7 @@ SYSTEM_PROMPT = (
 )
 
 
-def field_prompt(field: StarField) -> str:
+def field_prompt(field: starfield.StarField) -> str:
     """The user turn: the stars, the views, the radius and the budget."""
     stars = "\n".join(f"star {i}: ({x}, {y}, {z})" for i, (x, y, z) in enumerate(field.stars))
     views = "\n".join(f"view {i}: ({x}, {y}, {z})" for i, (x, y, z) in enumerate(field.views))
@@ -65,13 +60,13 @@ def field_prompt(field: StarField) -> str:
     )
 
 
-def kept_stars(reply: str, field: StarField) -> Optional[set[int]]:
+def kept_stars(reply: str, field: starfield.StarField) -> Optional[set[int]]:
     """The stars a reply keeps, or None for an invalid answer (see the module docstring)."""
-    kept = parse_kept(tagged_answer(reply), len(field.stars))
+    kept = starfield.parse_kept(tagged_answer(reply), len(field.stars))
     return kept if kept is not None and len(kept) <= field.budget else None
 
 
-def map_score(reply: str, field: StarField) -> float:
+def map_score(reply: str, field: starfield.StarField) -> float:
     """The reward of a reply (see the module docstring)."""
     kept = kept_stars(reply, field)
     if kept is None:
@@ -145,13 +140,15 @@ class StarMapCompressionEnv(LocalServerDefaults, SeededGames, ReplyFields, Singl
                 )
             self.views = load_points(cfg.views_path, "the views") if cfg.views_path else None
 
-    def field(self, item: dict[str, int]) -> StarField:
+    def field(self, item: dict[str, int]) -> starfield.StarField:
         """The star field of an item ``{"seed": n}``."""
         cfg = self.config
         rng = random.Random(f"starmap:{item['seed']}")
         if self.catalogue is None:
-            return generate_field(rng, cfg.n_stars, cfg.n_views, cfg.keep_fraction)
-        return catalogue_field(rng, self.catalogue, self.views, cfg.n_stars, cfg.n_views, cfg.keep_fraction)
+            return starfield.generate_field(rng, cfg.n_stars, cfg.n_views, cfg.keep_fraction)
+        return starfield.catalogue_field(
+            rng, self.catalogue, self.views, cfg.n_stars, cfg.n_views, cfg.keep_fraction
+        )
 
     def prompt_messages(self, item: dict[str, int]) -> list[dict[str, str]]:
         return [

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from atroposlib.envs.reward_fns import RewardFunction, registry
+from atroposlib.envs.reward_fns import registry
 
 try:
-    from environments.community.poker_holdem.actions import PokerAction, parse_action, reply_action
+    from environments.community.poker_holdem import actions
+    from environments.community.poker_holdem.reward_fns.base import PokerReward
 except ModuleNotFoundError:  # run as a script: the environment's folder is on the path
-    from actions import PokerAction, parse_action, reply_action
+    import actions
+    from reward_fns.base import PokerReward
 
 
 def amount_ratio(got: Optional[float], want: Optional[float]) -> float:
@@ -20,13 +22,12 @@ def amount_ratio(got: Optional[float], want: Optional[float]) -> float:
 
 
 @registry.register
-class PokerActionMatchReward(RewardFunction):
+class PokerActionMatchReward(PokerReward):
     """The action part of the reward: ``exact_match_score`` (1.0) for the winner's action type (for a sized
     winning action, ``action_type_score`` (0.7) plus the rest scaled by the ratio of the amounts, 0.7 when the
     reply gives none), ``related_action_score`` (0.5) for another action of the same family (aggressive:
     bet, raise, re-raise, all-in; passive: check, call), 0.0 otherwise or for a reply without one decision.
 
-    ``compute(completions, winner_action=...)``: ``winner_action`` is the winning action's text.
     """
 
     def __init__(
@@ -42,7 +43,7 @@ class PokerActionMatchReward(RewardFunction):
         self.action_type_score = action_type_score
         self.related_action_score = related_action_score
 
-    def score(self, decision: Optional[PokerAction], winner: PokerAction) -> float:
+    def score(self, decision: Optional[actions.PokerAction], winner: actions.PokerAction) -> float:
         """The reward of one decision against the winning action."""
         if decision is None:
             return 0.0
@@ -52,11 +53,3 @@ class PokerActionMatchReward(RewardFunction):
             ratio = amount_ratio(decision.amount, winner.amount)
             return self.action_type_score + (self.exact_match_score - self.action_type_score) * ratio
         return self.related_action_score if decision.related(winner) else 0.0
-
-    def compute(
-        self, completions: list[Any], winner_action: Optional[str] = None, **kwargs: Any
-    ) -> list[float]:
-        winner = parse_action(winner_action or "")
-        if winner is None:
-            return [0.0] * len(completions)
-        return [self.score(reply_action(self.get_content(c)), winner) for c in completions]

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from atroposlib.envs.reward_fns import RewardFunction, registry
+from atroposlib.envs.reward_fns import registry
 
 try:
-    from environments.community.poker_holdem.actions import (
-        AGGRESSIVE,
-        PokerAction,
-        parse_action,
-        reply_action,
-    )
+    from environments.community.poker_holdem import actions
+    from environments.community.poker_holdem.reward_fns.base import PokerReward
 except ModuleNotFoundError:  # run as a script: the environment's folder is on the path
-    from actions import AGGRESSIVE, PokerAction, parse_action, reply_action
+    import actions
+    from reward_fns.base import PokerReward
 
 
 @registry.register
-class PokerBetSizingReward(RewardFunction):
+class PokerBetSizingReward(PokerReward):
     """The sizing part of the reward. For a winning action with an amount: a reply that bets or raises an
     amount scores ``perfect_match_score`` (1.0) minus the relative deviation ``(max - min) / min`` scaled to
     ``min_score`` at ``max_deviation_pct`` (50 %), and ``min_score`` beyond it or without an amount. For a
@@ -36,16 +33,15 @@ class PokerBetSizingReward(RewardFunction):
     ):
         super().__init__(weight=weight, **kwargs)
         self.perfect_match_score = perfect_match_score
-        self.min_score = min_score
+        self.min_score = self.unparsed_score = min_score
         self.max_deviation_pct = max_deviation_pct
 
-    def score(self, decision: Optional[PokerAction], winner: PokerAction) -> float:
-        """The reward of one decision against the winning action."""
+    def score(self, decision: Optional[actions.PokerAction], winner: actions.PokerAction) -> float:
         if decision is None:
             return self.min_score
         if winner.amount is None:
             return self.perfect_match_score if decision.kind == winner.kind else self.min_score
-        if decision.kind not in AGGRESSIVE or decision.amount is None or decision.amount <= 0:
+        if decision.kind not in actions.AGGRESSIVE or decision.amount is None or decision.amount <= 0:
             return self.min_score
         low, high = sorted((decision.amount, winner.amount))
         deviation = (high - low) / low if low > 0 else float("inf")
@@ -53,11 +49,3 @@ class PokerBetSizingReward(RewardFunction):
             return self.min_score
         span = self.perfect_match_score - self.min_score
         return self.perfect_match_score - deviation / self.max_deviation_pct * span
-
-    def compute(
-        self, completions: list[Any], winner_action: Optional[str] = None, **kwargs: Any
-    ) -> list[float]:
-        winner = parse_action(winner_action or "")
-        if winner is None:
-            return [self.min_score] * len(completions)
-        return [self.score(reply_action(self.get_content(c)), winner) for c in completions]
