@@ -258,9 +258,8 @@ class Clock:
         return self.now
 
 
-def test_a_silent_env_loses_its_minimum_share_until_it_is_heard_from(make_state):
-    clock = Clock()
-    state = make_state(env_heartbeat_seconds=30, clock=clock)
+def _busy_and_hung(state):
+    """A trainer with batches of 4, two envs each owed half of every batch, two groups of the first queued."""
     state.register(reg(batch_size=4))
     state.next_batch()
     for name in ("busy", "hung"):
@@ -270,6 +269,12 @@ def test_a_silent_env_loses_its_minimum_share_until_it_is_heard_from(make_state)
             )
         )
     put(state, grp(2, 0, env_id=0), grp(2, 10, env_id=0))
+
+
+def test_a_silent_env_loses_its_minimum_share_until_it_is_heard_from(make_state):
+    clock = Clock()
+    state = make_state(env_heartbeat_seconds=30, clock=clock)
+    _busy_and_hung(state)
     assert state.next_batch() is None  # "hung" is owed half of every batch
     clock.now += 20
     state.status_env(0)  # "busy" polls; "hung" stays silent
@@ -287,14 +292,6 @@ def test_a_silent_env_loses_its_minimum_share_until_it_is_heard_from(make_state)
 def test_no_heartbeat_window_keeps_every_connected_env(make_state):
     clock = Clock()
     state = make_state(clock=clock)
-    state.register(reg(batch_size=4))
-    state.next_batch()
-    for name in ("busy", "hung"):
-        state.register_env(
-            RegisterEnv(
-                max_token_length=64, desired_name=name, weight=1.0, group_size=2, min_batch_allocation=0.5
-            )
-        )
-    put(state, grp(2, 0, env_id=0), grp(2, 10, env_id=0))
+    _busy_and_hung(state)
     clock.now += 10_000
     assert state.next_batch() is None

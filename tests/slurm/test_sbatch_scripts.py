@@ -78,6 +78,29 @@ def _sbatch(cluster, script: str, env: dict[str, str], run_dir: Path) -> str:
     return out.stdout.strip().split(";")[0]
 
 
+def _start_trainer(api, tmp_path: Path) -> None:
+    """Register a trainer (batches of 4 sequences) with ``api`` and ask for its first batch."""
+    registration = {
+        "wandb_group": "g", "wandb_project": "p", "batch_size": 4, "max_token_len": 256,
+        "checkpoint_dir": str(tmp_path / "ckpt"), "save_checkpoint_interval": -1, "starting_step": 0,
+        "num_steps": 1000,
+    }  # fmt: skip
+    requests.post(f"{api.url}/register", json=registration, headers=api.headers(), timeout=10)
+    requests.get(f"{api.url}/batch", headers=api.headers(), timeout=10)
+
+
+def _env_job(
+    cluster, model: Path, run_dir: Path, api, infer_env: dict[str, str], infer_job: str, workers: int
+) -> str:
+    """Submit ``atropos_env.sbatch`` (arithmetic, ``workers`` processes) joining ``api`` and the inference job."""
+    env = _cpu_env(
+        cluster, run_dir, model, GPUS_PER_NODE="1", INFER_PORT=infer_env["INFER_PORT"], INFERENCE_JOB_ID=infer_job,
+        ATROPOS_API_URL=api.url, ENV_SCRIPT="environments/arithmetic_server.py", ENV_ARGS=ENV_ARGS,
+        NUM_ENV_WORKERS=str(workers),
+    )  # fmt: skip
+    return _sbatch(cluster, "atropos_env.sbatch", env, run_dir)
+
+
 def _job_state(cluster, job_id: str) -> str | None:
     out = cluster.run("squeue", "--noheader", f"--jobs={job_id}", "--format=%T", check=False)
     return out.stdout.strip() or None
@@ -188,13 +211,7 @@ def test_whole_run_trains_and_stops_cleanly_on_scancel(slurm_cluster, tiny_model
 
 def test_inference_and_env_jobs_join_an_existing_api(slurm_cluster, tiny_model_dir, tmp_path):
     with launch_api(data_dir=tmp_path / "api", api_key=API_KEY) as api:
-        registration = {
-            "wandb_group": "g", "wandb_project": "p", "batch_size": 4, "max_token_len": 256,
-            "checkpoint_dir": str(tmp_path / "ckpt"), "save_checkpoint_interval": -1, "starting_step": 0,
-            "num_steps": 1000,
-        }  # fmt: skip
-        requests.post(f"{api.url}/register", json=registration, headers=api.headers(), timeout=10)
-        requests.get(f"{api.url}/batch", headers=api.headers(), timeout=10)  # the trainer has started
+        _start_trainer(api, tmp_path)
 
         infer_dir, env_dir = tmp_path / "inference", tmp_path / "env"
         infer_env = _cpu_env(slurm_cluster, infer_dir, tiny_model_dir, GPUS_PER_NODE="1")
@@ -212,12 +229,7 @@ def test_inference_and_env_jobs_join_an_existing_api(slurm_cluster, tiny_model_d
             lambda: _job_state(slurm_cluster, infer_job) is not None,
         )  # fmt: skip
 
-        env_env = _cpu_env(
-            slurm_cluster, env_dir, tiny_model_dir, GPUS_PER_NODE="1", INFER_PORT=infer_env["INFER_PORT"],
-            INFERENCE_JOB_ID=infer_job, ATROPOS_API_URL=api.url, ENV_SCRIPT="environments/arithmetic_server.py",
-            ENV_ARGS=ENV_ARGS, NUM_ENV_WORKERS="2",
-        )  # fmt: skip
-        env_job = _sbatch(slurm_cluster, "atropos_env.sbatch", env_env, env_dir)
+        env_job = _env_job(slurm_cluster, tiny_model_dir, env_dir, api, infer_env, infer_job, workers=2)
 
         served: list[dict] = []
 
@@ -260,23 +272,12 @@ def test_a_cancelled_env_step_loses_nothing_and_its_requeued_job_rejoins(
     """``scancel`` of the environment's job step (killed without notice), then ``scontrol requeue`` of its job:
     every group it reported sent is in the API, and the requeued job registers again and sends more."""
     with launch_api(data_dir=tmp_path / "api", api_key=API_KEY) as api:
-        registration = {
-            "wandb_group": "g", "wandb_project": "p", "batch_size": 4, "max_token_len": 256,
-            "checkpoint_dir": str(tmp_path / "ckpt"), "save_checkpoint_interval": -1, "starting_step": 0,
-            "num_steps": 1000,
-        }  # fmt: skip
-        requests.post(f"{api.url}/register", json=registration, headers=api.headers(), timeout=10)
-        requests.get(f"{api.url}/batch", headers=api.headers(), timeout=10)
+        _start_trainer(api, tmp_path)
 
         infer_dir, env_dir = tmp_path / "inference", tmp_path / "env"
         infer_env = _cpu_env(slurm_cluster, infer_dir, tiny_model_dir, GPUS_PER_NODE="1")
         infer_job = _sbatch(slurm_cluster, "atropos_inference.sbatch", infer_env, infer_dir)
-        env_env = _cpu_env(
-            slurm_cluster, env_dir, tiny_model_dir, GPUS_PER_NODE="1", INFER_PORT=infer_env["INFER_PORT"],
-            INFERENCE_JOB_ID=infer_job, ATROPOS_API_URL=api.url, ENV_SCRIPT="environments/arithmetic_server.py",
-            ENV_ARGS=ENV_ARGS, NUM_ENV_WORKERS="1",
-        )  # fmt: skip
-        env_job = _sbatch(slurm_cluster, "atropos_env.sbatch", env_env, env_dir)
+        env_job = _env_job(slurm_cluster, tiny_model_dir, env_dir, api, infer_env, infer_job, workers=1)
 
         served: list[int] = []
 
