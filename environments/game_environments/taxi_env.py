@@ -157,13 +157,13 @@ class TaxiEnv(GameEnv):
 
     def __init__(self, config: TaxiEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.env_id = config.env_id or taxi_env_id()
-        if self.env_id not in gym.envs.registry:
+        self.gym_env_id = config.env_id or taxi_env_id()
+        if self.gym_env_id not in gym.envs.registry:
             taxis = sorted(k for k in gym.envs.registry if k.startswith("Taxi"))
-            raise ValueError(f"env_id {self.env_id!r} is not registered; Taxi ids here: {', '.join(taxis)}")
+            raise ValueError(f"env_id {self.gym_env_id!r} is not registered; Taxi ids here: {', '.join(taxis)}")
 
     async def make_session(self, seed: int) -> TaxiSession:
-        return TaxiSession(self.config, self.env_id, seed)
+        return TaxiSession(self.config, self.gym_env_id, seed)
 
 
 # The original's class name, for code that imports it.
