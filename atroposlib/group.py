@@ -164,7 +164,7 @@ class CheckOptions:
 
     - ``optional_counts``: per-sequence optional fields have one entry per sequence, and
       ``inference_logprobs`` rows are as long as their token rows. compat: off at the API, which
-      (like the original) accepts any length there, ``advantages`` included.
+      accepts any length there, ``advantages`` included (as atroposlib 0.4.0 did).
     - ``values_typed``: the values already have their types and the int32 range (a typed decode
       checked them), so rows are not walked again: of an int matrix only the number of rows and
       the length of each row are read.

@@ -2,7 +2,7 @@
 
 Every environment in ``environments/`` reads its data through :func:`load_rows`: ``--env.dataset_path`` /
 ``--env.eval_dataset_path`` name a local file (JSONL, JSON, Parquet or CSV, chosen by suffix); without one
-the environment's hub loader runs (``datasets.load_dataset(...)`` of the original). Either way every row is
+the environment's hub loader runs (``datasets.load_dataset(...)`` on its hub set). Either way every row is
 checked for the fields the environment needs, so a bad file stops the environment at start-up with one line
 naming the file, the row and the field, and an empty set is an error rather than an endless wait.
 """

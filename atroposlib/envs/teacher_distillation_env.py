@@ -66,7 +66,7 @@ class TeacherDistillationConfig(BaseEnvConfig):
 def _split_constructor_args(args: tuple, kwargs: dict) -> tuple[TeacherConfigs, bool, bool]:
     """Sort the positional arguments after ``server_configs`` into (teacher configs, slurm, testing).
 
-    A bool in third position means the ``BaseEnv`` order; anything else (configs or ``None``) the original
+    A bool in third position means the ``BaseEnv`` order; anything else (configs or ``None``) the 0.4.0
     teacher-env order. Keywords win over positions.
     """
     if len(args) > 3:
