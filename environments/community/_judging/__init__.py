@@ -1,1 +1,2 @@
-"""Judging shared by the community collection's judged environments (see ``policy_judge.py``)."""
+"""Helpers shared by community environments: the judge and its tallies (``policy_judge.py``) and per-reply
+training shares logged to wandb (``train_shares.py``)."""

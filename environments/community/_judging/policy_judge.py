@@ -214,6 +214,35 @@ def eval_grade_of(grade: Optional[Judgement[float]], fields: Optional[dict[str, 
     return EvalGrade(grade.value, 1, int(grade.failed), {**(fields or {}), **grade.record()})
 
 
+class JudgedGrades(JudgedEvaluation):
+    """Scores of an environment whose every reply gets one judge grade from its ``async grade(reply, item) ->
+    Optional[Judgement[float]]`` (None: scored 0.0 without the judge): training groups by
+    :func:`graded_scores`, evaluation by :func:`eval_grade_of` with :meth:`eval_fields`, the judgements counted
+    in ``self.tally`` and logged with each wandb log. List it before the environment's base class."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tally = JudgeTally()
+
+    async def grade(self, reply: str, item: Any) -> Optional[Judgement[float]]:
+        """The judge's grade of ``reply`` (None: scored 0.0 without asking)."""
+        raise NotImplementedError
+
+    def eval_fields(self, reply: str, item: Any) -> dict[str, Any]:
+        """Fields written with an evaluation sample besides the judgement (default none)."""
+        return {}
+
+    async def score_replies_async(self, replies: Sequence[str], item: Any) -> list[float]:
+        grades = await asyncio.gather(*(self.grade(reply, item) for reply in replies))
+        return graded_scores(grades, self.tally)
+
+    async def eval_grade(self, reply: str, item: Any) -> EvalGrade:
+        return eval_grade_of(await self.grade(reply, item), self.eval_fields(reply, item))
+
+    async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
+        await super().wandb_log({**(wandb_metrics or {}), **self.tally.drain()})  # type: ignore[misc]
+
+
 def shows_judge_markers(reply: str, markers: Sequence[str]) -> bool:
     """Whether ``reply`` writes any of the judge template's section markers (an attempt to rewrite the
     judge's prompt), ignoring case."""
@@ -224,6 +253,7 @@ def shows_judge_markers(reply: str, markers: Sequence[str]) -> bool:
 __all__: list[Any] = [
     "EvalGrade",
     "JudgedEvaluation",
+    "JudgedGrades",
     "JudgeTally",
     "PolicyJudgeMixin",
     "PolicyJudgeSettings",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import Field
 
@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from atroposlib.envs.reply_fields import ReplyFields  # noqa: E402
 from atroposlib.envs.reporting import mean  # noqa: E402
+from environments.community._judging.train_shares import TrainShares  # noqa: E402
 from environments.community.cybersecurity_sigma.sigma_env import SigmaEnvConfig, SigmaRuleBase, SigmaTask  # noqa: E402
 from environments.community.cybersecurity_sigma.sigma_rules import read_rule, rule_similarity  # noqa: E402
 from environments.community.sql_query_env.sql_query_env import shorter_is_better  # noqa: E402
@@ -39,16 +40,12 @@ class JaccardSigmaConfig(SigmaEnvConfig):
     )
 
 
-class SigmaRuleEnv(ReplyFields, SigmaRuleBase):
+class SigmaRuleEnv(TrainShares, ReplyFields, SigmaRuleBase):
     """Sigma rules scored by token similarity to the gold rule (see the module docstring)."""
 
     name = "sigmarule"
     env_config_cls = JaccardSigmaConfig
     config: JaccardSigmaConfig
-
-    def __init__(self, config: JaccardSigmaConfig, server_configs, slurm=False, testing=False):
-        super().__init__(config, server_configs, slurm, testing)
-        self.valid_buffer: list[float] = []
 
     @property
     def correct_threshold(self) -> float:  # type: ignore[override]
@@ -58,7 +55,7 @@ class SigmaRuleEnv(ReplyFields, SigmaRuleBase):
         rules = [read_rule(reply).rule for reply in replies]
         scores = [0.0 if rule is None else rule_similarity(item.rule, rule) for rule in rules]
         if len(replies) > 1:  # a training group (evaluation scores one reply at a time)
-            self.valid_buffer.extend(0.0 if rule is None else 1.0 for rule in rules)
+            self.record_share("valid_rule", (rule is not None for rule in rules))
             if all(s >= 0.99 for s in scores):
                 lengths = [len(self.tokenizer.encode(r, add_special_tokens=False)) for r in replies]
                 scores = shorter_is_better(lengths, self.generation_budget)
@@ -69,13 +66,6 @@ class SigmaRuleEnv(ReplyFields, SigmaRuleBase):
 
     def extra_eval_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
         return {"eval/valid_rule": mean([1.0 if s["valid_rule"] else 0.0 for s in samples])}
-
-    async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
-        wandb_metrics = dict(wandb_metrics or {})
-        if self.valid_buffer:
-            wandb_metrics["train/valid_rule"] = mean(self.valid_buffer)
-        self.valid_buffer = []
-        await super().wandb_log(wandb_metrics)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,7 @@ own servers, as the original (``_judging/policy_judge.py``).
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -30,13 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from atroposlib.evals.judge import Judgement  # noqa: E402
 from environments.community._judging.policy_judge import (  # noqa: E402
-    EvalGrade,
-    JudgedEvaluation,
-    JudgeTally,
+    JudgedGrades,
     PolicyJudgeMixin,
     PolicyJudgeSettings,
-    eval_grade_of,
-    graded_scores,
 )
 from environments.community.cybersecurity_sigma.sigma_env import SigmaEnvConfig, SigmaRuleBase, SigmaTask  # noqa: E402
 from environments.community.cybersecurity_sigma.sigma_rules import canonical_yaml, read_rule  # noqa: E402
@@ -69,16 +63,12 @@ class JudgedSigmaConfig(PolicyJudgeSettings, SigmaEnvConfig):
     )
 
 
-class SigmaRuleEnv(PolicyJudgeMixin, JudgedEvaluation, SigmaRuleBase):
+class SigmaRuleEnv(PolicyJudgeMixin, JudgedGrades, SigmaRuleBase):
     """Sigma rules judged against the gold rule (see the module docstring)."""
 
     name = "llm_judge_sigmarule"
     env_config_cls = JudgedSigmaConfig
     config: JudgedSigmaConfig
-
-    def __init__(self, config: JudgedSigmaConfig, server_configs, slurm=False, testing=False, **kwargs: Any):
-        super().__init__(config, server_configs, slurm, testing, **kwargs)
-        self.tally = JudgeTally()
 
     def judge_messages(self, rule: dict[str, Any], item: SigmaTask) -> list[dict[str, str]]:
         """The judge's chat comparing a generated rule with the gold rule."""
@@ -92,15 +82,8 @@ class SigmaRuleEnv(PolicyJudgeMixin, JudgedEvaluation, SigmaRuleBase):
             return None
         return await self.judge.grade(self.judge_messages(rule, item), parse_equivalence)
 
-    async def score_replies_async(self, replies: Sequence[str], item: SigmaTask) -> list[float]:
-        grades = await asyncio.gather(*(self.grade(reply, item) for reply in replies))
-        return graded_scores(grades, self.tally)
-
-    async def eval_grade(self, reply: str, item: SigmaTask) -> EvalGrade:
-        return eval_grade_of(await self.grade(reply, item), self.rule_fields(reply))
-
-    async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
-        await super().wandb_log({**(wandb_metrics or {}), **self.tally.drain()})
+    def eval_fields(self, reply: str, item: SigmaTask) -> dict[str, Any]:
+        return self.rule_fields(reply)
 
 
 if __name__ == "__main__":

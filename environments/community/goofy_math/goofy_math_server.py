@@ -43,7 +43,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from atroposlib.envs.config_defaults import LocalServerDefaults  # noqa: E402
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows  # noqa: E402
-from atroposlib.envs.reporting import mean  # noqa: E402
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig  # noqa: E402
 from atroposlib.evals.math import MathScorer, MathVerdict, gsm8k_gold  # noqa: E402
 from atroposlib.utils.replies import answer_section  # noqa: E402
@@ -54,6 +53,7 @@ from environments.community._judging.policy_judge import (  # noqa: E402
     round_robin,
     shows_judge_markers,
 )
+from environments.community._judging.train_shares import TrainShares  # noqa: E402
 
 SYSTEM_PROMPT = (
     "You are a deep-thinking AI. You may reason at length before answering: put your thoughts inside "
@@ -144,7 +144,7 @@ class GoofyMathConfig(PolicyJudgeSettings, SingleTurnEnvConfig):
     seed: int = Field(42, description="seed of the data shuffle and of the goofy-prompt draws")
 
 
-class GoofyMathEnv(PolicyJudgeMixin, LocalServerDefaults, SingleTurnEnv):
+class GoofyMathEnv(PolicyJudgeMixin, TrainShares, LocalServerDefaults, SingleTurnEnv):
     """Correct GSM8K answers, ranked by a judge for goofiness (see the module docstring)."""
 
     name = "goofy_math"
@@ -156,7 +156,6 @@ class GoofyMathEnv(PolicyJudgeMixin, LocalServerDefaults, SingleTurnEnv):
         super().__init__(config, server_configs, slurm, testing, **kwargs)
         self.scorer = MathScorer()
         self.rng = random.Random(config.seed)
-        self.goofiness_buffer: list[float] = []
         self.tally = JudgeTally()
 
     @classmethod
@@ -213,7 +212,7 @@ class GoofyMathEnv(PolicyJudgeMixin, LocalServerDefaults, SingleTurnEnv):
         for i, share in zip(judged, result.shares, strict=True):
             shares[i] = share or 0.0
             if share is not None:
-                self.goofiness_buffer.append(share)
+                self.record_share("avg_goofiness_score", [share])
         return shares
 
     async def verdicts(self, replies: Sequence[str], item: GoofyItem) -> list[MathVerdict]:
@@ -241,11 +240,7 @@ class GoofyMathEnv(PolicyJudgeMixin, LocalServerDefaults, SingleTurnEnv):
         return sample
 
     async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
-        wandb_metrics = {**(wandb_metrics or {}), **self.tally.drain()}
-        if self.goofiness_buffer:
-            wandb_metrics["train/avg_goofiness_score"] = mean(self.goofiness_buffer)
-        self.goofiness_buffer = []
-        await super().wandb_log(wandb_metrics)
+        await super().wandb_log({**(wandb_metrics or {}), **self.tally.drain()})
 
     async def _close_inference_clients(self) -> None:
         self.scorer.close()

@@ -29,7 +29,6 @@ an evaluation file is given.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
 from collections.abc import Sequence
@@ -48,13 +47,9 @@ from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig  # no
 from atroposlib.evals.judge import Judgement  # noqa: E402
 from atroposlib.utils.replies import answer_section  # noqa: E402
 from environments.community._judging.policy_judge import (  # noqa: E402
-    EvalGrade,
-    JudgedEvaluation,
-    JudgeTally,
+    JudgedGrades,
     PolicyJudgeMixin,
     PolicyJudgeSettings,
-    eval_grade_of,
-    graded_scores,
 )
 
 DATASET = Path(__file__).resolve().parent / "humor_dataset.jsonl"
@@ -150,16 +145,12 @@ class HumorEnvConfig(PolicyJudgeSettings, SingleTurnEnvConfig):
     )
 
 
-class HumorEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedEvaluation, SingleTurnEnv):
+class HumorEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedGrades, SingleTurnEnv):
     """Jokes scored by a judge on the rubric (see the module docstring)."""
 
     name = "humor"
     env_config_cls = HumorEnvConfig
     config: HumorEnvConfig
-
-    def __init__(self, config: HumorEnvConfig, server_configs, slurm=False, testing=False, **kwargs: Any):
-        super().__init__(config, server_configs, slurm, testing, **kwargs)
-        self.tally = JudgeTally()
 
     @classmethod
     def default_env_config(cls) -> HumorEnvConfig:
@@ -200,18 +191,8 @@ class HumorEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedEvaluation, SingleTu
             return None
         return await self.judge.grade(self.judge_messages(reply, item), parse_rubric)
 
-    async def score_replies_async(self, replies: Sequence[str], item: HumorItem) -> list[float]:
-        grades = await asyncio.gather(*(self.grade(reply, item) for reply in replies))
-        return graded_scores(grades, self.tally)
-
-    async def eval_grade(self, reply: str, item: HumorItem) -> EvalGrade:
-        return eval_grade_of(await self.grade(reply, item))
-
     def eval_sample_fields(self, item: HumorItem) -> dict[str, Any]:
         return {"comedian": item.comedian, "format": item.format}
-
-    async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
-        await super().wandb_log({**(wandb_metrics or {}), **self.tally.drain()})
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ Data: none is needed: training requests are drawn as the original drew them (see
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import Field
@@ -31,14 +33,22 @@ from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 
 try:
+    from environments.community._judging.train_shares import TrainShares
     from environments.community.metric_card_generator.metric_cards import (
         MetricPrompt,
         prompt_from_row,
         random_prompt,
         score_card,
     )
-except ModuleNotFoundError:  # run as a script: this folder is on the path
-    from metric_cards import MetricPrompt, prompt_from_row, random_prompt, score_card
+except ModuleNotFoundError:  # run as a script: the repository root is not on the path yet
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from environments.community._judging.train_shares import TrainShares
+    from environments.community.metric_card_generator.metric_cards import (
+        MetricPrompt,
+        prompt_from_row,
+        random_prompt,
+        score_card,
+    )
 
 SYSTEM_PROMPT = """You are an AI specialized in generating JSON data for a MetricCard React component.
 
@@ -100,7 +110,7 @@ class MetricCardEnvConfig(SingleTurnEnvConfig):
     )
 
 
-class MetricCardEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
+class MetricCardEnv(TrainShares, LocalServerDefaults, ReplyFields, SingleTurnEnv):
     """Rewards metric-card JSON by schema, formatting and content (see the module docstring)."""
 
     name = "metric_card_generator"
@@ -111,7 +121,6 @@ class MetricCardEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
     def __init__(self, config: MetricCardEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.rng = random.Random(config.seed)
-        self.valid_buffer: list[float] = []
 
     @classmethod
     def default_env_config(cls) -> MetricCardEnvConfig:
@@ -149,7 +158,7 @@ class MetricCardEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
     def score_replies(self, replies: Sequence[str], item: MetricPrompt) -> list[float]:
         results = [score_card(reply, item) for reply in replies]
         if len(replies) > 1:  # a training group (evaluation scores one reply at a time)
-            self.valid_buffer.extend(1.0 if r.valid else 0.0 for r in results)
+            self.record_share("schema_valid", (r.valid for r in results))
         return [r.score for r in results]
 
     def eval_sample_fields(self, item: MetricPrompt) -> dict[str, Any]:
@@ -161,13 +170,6 @@ class MetricCardEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
 
     def extra_eval_metrics(self, samples: Sequence[dict[str, Any]]) -> dict[str, float]:
         return {"eval/schema_valid": mean([1.0 if s["schema_valid"] else 0.0 for s in samples])}
-
-    async def wandb_log(self, wandb_metrics: Optional[dict] = None) -> None:
-        wandb_metrics = dict(wandb_metrics or {})
-        if self.valid_buffer:
-            wandb_metrics["train/schema_valid"] = mean(self.valid_buffer)
-        self.valid_buffer = []
-        await super().wandb_log(wandb_metrics)
 
 
 if __name__ == "__main__":

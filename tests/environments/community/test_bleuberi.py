@@ -104,16 +104,8 @@ def _responder(prompt, index):
 
 
 def test_process_with_a_local_file(scripted):
-    args = [
-        "--env.dataset_path",
-        SAMPLE,
-        "--env.eval_dataset_path",
-        SAMPLE,
-        "--env.total_steps",
-        "2",
-        "--env.max_tokens",
-        "64",
-    ]
+    args = ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE,
+            "--env.total_steps", "2", "--env.max_tokens", "64"]  # fmt: skip
     check_groups(scripted.process(BLEUBERIEnv, args, _responder), 2, [0.0, 1.0])
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from atroposlib.envs.base import APIServerConfig
-from atroposlib.testing.scripted_server import launch_scripted_server
 from environments.community.cybersecurity_sigma import jaccard_reward_env, llm_judge_env
 from environments.community.cybersecurity_sigma.llm_judge_env import parse_equivalence
 from environments.community.cybersecurity_sigma.sigma_env import tasks_from_rows
 from environments.community.cybersecurity_sigma.sigma_rules import read_rule, rule_similarity
+from tests.environments.community import judged_helpers
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
 
@@ -122,16 +121,8 @@ def _responder(prompt, index):
 
 
 def test_process_jaccard(scripted):
-    args = [
-        "--env.dataset_path",
-        SAMPLE,
-        "--env.group_size",
-        "2",
-        "--env.total_steps",
-        "3",
-        "--env.max_tokens",
-        "256",
-    ]
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "2",
+            "--env.total_steps", "3", "--env.max_tokens", "256"]  # fmt: skip
     check_groups(scripted.process(jaccard_reward_env.SigmaRuleEnv, args, _responder), 3, [0.0, 1.0])
 
 
@@ -159,24 +150,19 @@ def judge_by_similarity(text: str) -> str:
 
 
 async def test_judged_rules_and_unreadable_verdicts(tiny_model_dir):
-    def respond(prompt, index):
-        return judge_by_similarity(prompt_text(prompt))
-
-    with launch_scripted_server(respond=respond, tokenizer=tiny_model_dir) as server:
-        config = llm_judge_env.JudgedSigmaConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False)
-        env = llm_judge_env.SigmaRuleEnv(
-            config, APIServerConfig(base_url=server.base_url, model_name="m", server_type="vllm")
-        )
-        try:
-            close = GOLD_PS.replace("-enc", "-e")
-            scores = await env.score_replies_async([REORDERED, close, "no rule"], POWERSHELL)
-            unreadable = await env.score_replies_async(["\\boxed{\n" + ROWS[1]["rule"] + "}", "x"], FIREWALL)
-        finally:
-            await env._close_inference_clients()
-        judged = [prompt_text(r["body"].get("messages") or r["body"].get("prompt")) for r in server.requests]
-    assert scores == [1.0, 0.0, 0.0] and unreadable == [0.0, 0.0]
-    assert len(judged) == 3 and all("encoded commands" not in j for j in judged)  # reasoning never shown
-    assert env.tally.drain() == {"train/judge_failures": 1.0, "train/judge_failure_rate": 1 / 3}
+    close = GOLD_PS.replace("-enc", "-e")
+    env_cls = llm_judge_env.SigmaRuleEnv
+    scores, env, judged = await judged_helpers.judged_scores(
+        env_cls, tiny_model_dir, [REORDERED, close, "no rule"], POWERSHELL, judge_by_similarity
+    )
+    assert scores == [1.0, 0.0, 0.0] and len(judged) == 2
+    assert all("encoded commands" not in j for j in judged)  # reasoning never shown
+    firewall = "\\boxed{\n" + ROWS[1]["rule"] + "}"
+    unreadable, env, _ = await judged_helpers.judged_scores(
+        env_cls, tiny_model_dir, [firewall, "x"], FIREWALL, judge_by_similarity
+    )
+    assert unreadable == [0.0, 0.0]
+    assert env.tally.drain() == {"train/judge_failures": 1.0, "train/judge_failure_rate": 1.0}
 
 
 def test_evaluate_judged_leaves_unreadable_out(scripted):

@@ -8,14 +8,13 @@ import os
 
 import pytest
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.testing.scripted_server import launch_scripted_server
 from environments.community._judging.policy_judge import preferred_first
 from environments.community.goofy_math.goofy_math_server import (
     GoofyItem,
-    GoofyMathConfig,
     GoofyMathEnv,
 )
+from tests.environments.community import judged_helpers
 from tests.helpers.cli_runs import FIXTURES, read_jsonl, run_env
 from tests.helpers.single_turn_runs import (
     OFFLINE,
@@ -34,12 +33,6 @@ GOOFY = "BOING! Seventy-two muffins gasp as nine flee the tray! \\boxed{63}"
 PLAIN = "6 * 12 = 72 and 72 - 9 = 63. \\boxed{63}"
 
 
-def _responses(text: str) -> tuple[str, str]:
-    a = text.split("[Response A]\n", 1)[1].split("\n\n[Response B]", 1)[0]
-    b = text.split("[Response B]\n", 1)[1].split("\n\n[END]", 1)[0]
-    return a, b
-
-
 def goofy_judge(a: str, b: str) -> str:
     """Prefers the reply that shouts BOING; garbage when neither or both do."""
     if ("BOING" in a) == ("BOING" in b):
@@ -48,32 +41,14 @@ def goofy_judge(a: str, b: str) -> str:
 
 
 def respond_with(policy, verdict=goofy_judge):
-    """A scripted-server responder: judge prompts get ``verdict(a, b)``, policy prompts ``policy(text, i)``."""
-
-    def respond(prompt, index):
-        text = prompt_text(prompt)
-        if "[Response A]" in text:
-            return verdict(*_responses(text))
-        return policy(text, index)
-
-    return respond
+    """Judge prompts get ``verdict(a, b)``, policy prompts ``policy(text, i)`` (``None``: never asked)."""
+    return judged_helpers.respond_with(policy, judged_helpers.pairwise(verdict) if verdict else None)
 
 
 async def _scores(tiny_model_dir, replies, verdict=goofy_judge, item=MUFFINS, **values):
-    with launch_scripted_server(
-        respond=respond_with(lambda t, i: "", verdict), tokenizer=tiny_model_dir
-    ) as s:
-        config = GoofyMathConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False, **values)
-        env = GoofyMathEnv(config, APIServerConfig(base_url=s.base_url, model_name="m", server_type="vllm"))
-        try:
-            scores = await env.score_replies_async(replies, item)
-        finally:
-            await env._close_inference_clients()
-        return (
-            scores,
-            env,
-            [prompt_text(r["body"].get("messages") or r["body"].get("prompt")) for r in s.requests],
-        )
+    return await judged_helpers.judged_scores(
+        GoofyMathEnv, tiny_model_dir, replies, item, judged_helpers.pairwise(verdict), **values
+    )
 
 
 @pytest.mark.parametrize(
@@ -101,7 +76,7 @@ async def test_goofier_correct_reply_wins_in_both_orders(tiny_model_dir):
     scores, env, requests = await _scores(tiny_model_dir, replies)
     assert scores == [1.0, 1.5, -1.0]
     assert len(requests) == 2 and all("plan the jokes" not in r for r in requests)  # reasoning not shown
-    assert env.goofiness_buffer == [0.0, 1.0] and env.tally.drain() == {
+    assert env.share_metrics() == {"train/avg_goofiness_score": 0.5} and env.tally.drain() == {
         "train/judge_failures": 0.0, "train/judge_failure_rate": 0.0,
     }  # fmt: skip
 
@@ -116,7 +91,7 @@ async def test_position_bias_cancels_and_weight_applies(tiny_model_dir):
 async def test_unreadable_verdicts_are_never_wins(tiny_model_dir):
     scores, env, requests = await _scores(tiny_model_dir, [PLAIN, GOOFY, GOOFY], lambda a, b: "A, clearly!")
     assert scores == [1.0, 1.0, 1.0] and len(requests) == 6
-    assert env.goofiness_buffer == []
+    assert env.share_metrics() == {}
     assert env.tally.drain() == {"train/judge_failures": 6.0, "train/judge_failure_rate": 1.0}
 
 

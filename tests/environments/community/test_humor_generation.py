@@ -8,7 +8,6 @@ import asyncio
 import pytest
 
 from atroposlib.envs.base import APIServerConfig
-from atroposlib.testing.scripted_server import launch_scripted_server
 from environments.community.humor_generation.humor_env import (
     DATASET,
     HumorEnv,
@@ -17,8 +16,9 @@ from environments.community.humor_generation.humor_env import (
     parse_rubric,
     unjudgeable,
 )
+from tests.environments.community import judged_helpers
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
-from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
+from tests.helpers.single_turn_runs import check_groups, offline_env, setup_failure, write_jsonl
 
 SAMPLE = FIXTURES / "community" / "humor_generation" / "humor_sample.jsonl"
 ROWS = read_jsonl(SAMPLE)
@@ -40,16 +40,13 @@ def critic(jokes: str) -> str:
     return "I laughed, I cried. Ten out of ten."
 
 
+def _jokes(text: str) -> str:
+    return text.split("[Jokes]\n", 1)[1].split("\n[End of jokes]", 1)[0]
+
+
 def respond_with(policy, judge=critic):
     """Judge prompts (they hold ``[Jokes]``) get ``judge(jokes)``; policy prompts get ``policy(text, i)``."""
-
-    def respond(prompt, index):
-        text = prompt_text(prompt)
-        if "[Jokes]\n" in text:
-            return judge(text.split("[Jokes]\n", 1)[1].split("\n[End of jokes]", 1)[0])
-        return policy(text, index)
-
-    return respond
+    return judged_helpers.respond_with(policy, lambda text: judge(_jokes(text)), "[Jokes]\n")
 
 
 @pytest.mark.parametrize(
@@ -88,18 +85,9 @@ def test_replies_scored_without_the_judge(reply, skipped):
 
 
 async def _scores(tiny_model_dir, replies, judge=critic):
-    with launch_scripted_server(respond=respond_with(lambda t, i: "", judge), tokenizer=tiny_model_dir) as s:
-        config = HumorEnvConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False)
-        env = HumorEnv(config, APIServerConfig(base_url=s.base_url, model_name="m", server_type="vllm"))
-        try:
-            scores = await env.score_replies_async(replies, ITEM)
-        finally:
-            await env._close_inference_clients()
-        return (
-            scores,
-            env,
-            [prompt_text(r["body"].get("messages") or r["body"].get("prompt")) for r in s.requests],
-        )
+    return await judged_helpers.judged_scores(
+        HumorEnv, tiny_model_dir, replies, ITEM, lambda t: judge(_jokes(t))
+    )
 
 
 async def test_the_judge_grades_the_jokes_after_the_reasoning(tiny_model_dir):

@@ -123,16 +123,8 @@ def _responder(prompt, index):
 
 
 def test_process_with_a_local_file(scripted):
-    args = [
-        "--env.dataset_path",
-        SAMPLE,
-        "--env.group_size",
-        "2",
-        "--env.total_steps",
-        "3",
-        "--env.max_tokens",
-        "256",
-    ]
+    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "2",
+            "--env.total_steps", "3", "--env.max_tokens", "256"]  # fmt: skip
     check_groups(scripted.process(MetricCardEnv, args, _responder), 3, [0.0, 1.0])
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
-from atroposlib.testing.scripted_server import launch_scripted_server
 from environments.community.philosophical_rlaif_env import (
     CutReplies,
     PhilosophicalRLAIFConfig,
@@ -15,8 +13,9 @@ from environments.community.philosophical_rlaif_env import (
     PhilosophyItem,
 )
 from environments.rlaif_server import row_to_item
+from tests.environments.community import judged_helpers
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
-from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
+from tests.helpers.single_turn_runs import check_groups, offline_env, setup_failure, write_jsonl
 
 SAMPLE = FIXTURES / "community" / "philosophical_rlaif" / "wildchat_philosophy.jsonl"
 ROWS = read_jsonl(SAMPLE)
@@ -27,12 +26,6 @@ DEEP = (
 SHALLOW = "Yes, sometimes."
 
 
-def _responses(text: str) -> tuple[str, str]:
-    a = text.split("[Response A]\n", 1)[1].split("\n\n[Response B]", 1)[0]
-    b = text.split("[Response B]\n", 1)[1].split("\n\n[END]", 1)[0]
-    return a, b
-
-
 def depth_judge(a: str, b: str) -> str:
     """Prefers the reply that names a paradox; an unreadable verdict when neither or both do."""
     if ("paradox" in a) == ("paradox" in b):
@@ -41,32 +34,13 @@ def depth_judge(a: str, b: str) -> str:
 
 
 def respond_with(policy, verdict=depth_judge):
-    def respond(prompt, index):
-        text = prompt_text(prompt)
-        if "[Response A]" in text:
-            return verdict(*_responses(text))
-        return policy(text, index)
-
-    return respond
+    return judged_helpers.respond_with(policy, judged_helpers.pairwise(verdict))
 
 
 async def _scores(tiny_model_dir, replies, verdict=depth_judge):
-    with launch_scripted_server(
-        respond=respond_with(lambda t, i: "", verdict), tokenizer=tiny_model_dir
-    ) as s:
-        config = PhilosophicalRLAIFConfig(tokenizer_name=str(tiny_model_dir), use_wandb=False)
-        env = PhilosophicalRLAIFEnv(
-            config, APIServerConfig(base_url=s.base_url, model_name="m", server_type="vllm")
-        )
-        try:
-            scores = await env.score_replies_async(replies, PROMISE)
-        finally:
-            await env._close_inference_clients()
-        return (
-            scores,
-            env,
-            [prompt_text(r["body"].get("messages") or r["body"].get("prompt")) for r in s.requests],
-        )
+    return await judged_helpers.judged_scores(
+        PhilosophicalRLAIFEnv, tiny_model_dir, replies, PROMISE, judged_helpers.pairwise(verdict)
+    )
 
 
 async def test_the_deeper_reply_wins_in_both_orders(tiny_model_dir):
