@@ -118,10 +118,6 @@ class MetricCardEnv(TrainShares, LocalServerDefaults, ReplyFields, SingleTurnEnv
     config: MetricCardEnvConfig
     default_model = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
 
-    def __init__(self, config: MetricCardEnvConfig, server_configs, slurm=False, testing=False):
-        super().__init__(config, server_configs, slurm, testing)
-        self.rng = random.Random(config.seed)
-
     @classmethod
     def default_env_config(cls) -> MetricCardEnvConfig:
         return MetricCardEnvConfig(
@@ -140,6 +136,7 @@ class MetricCardEnv(TrainShares, LocalServerDefaults, ReplyFields, SingleTurnEnv
 
     async def setup(self) -> None:
         cfg = self.config
+        self.rng = random.Random(cfg.seed)
         if cfg.dataset_path:
             self.train = requests_from_rows(read_local_rows(cfg.dataset_path), cfg.dataset_path)
         if cfg.eval_dataset_path:
