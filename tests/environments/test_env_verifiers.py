@@ -92,14 +92,25 @@ def _trained_and_masked(group: dict[str, Any], tokenizer: Any) -> list[tuple[str
     return out
 
 
-def check_pencil_group(group: dict[str, Any], tokenizer: Any) -> None:
+def check_exact_group(group: dict[str, Any], tokenizer: Any) -> list[str]:
     """Every turn of every episode exact: the model's replies (each ending at its end-of-turn token) are the
-    trained tokens, the prompt and the tool's answer masked; right episodes score 1.5, wrong ones 0.0."""
-    for (trained, masked), messages, score in zip(
-        _trained_and_masked(group, tokenizer), group["messages"], group["scores"], strict=True
+    trained tokens. Returns each sequence's masked text (prompt and tool answers)."""
+    masked_texts = []
+    for (trained, masked), messages in zip(
+        _trained_and_masked(group, tokenizer), group["messages"], strict=True
+    ):
+        assert trained == "".join(m["content"] + "<|im_end|>" for m in messages if m["role"] == "assistant")
+        masked_texts.append(masked)
+    return masked_texts
+
+
+def check_pencil_group(group: dict[str, Any], tokenizer: Any) -> None:
+    """An exact group (:func:`check_exact_group`) whose right episodes looked the box up, got the count back
+    in a masked tool turn and score 1.5, and whose wrong ones answered at once and score 0.0."""
+    for masked, messages, score in zip(
+        check_exact_group(group, tokenizer), group["messages"], group["scores"], strict=True
     ):
         replies = [m["content"] for m in messages if m["role"] == "assistant"]
-        assert trained == "".join(r + "<|im_end|>" for r in replies)
         tools = [m["content"] for m in messages if m["role"] == "tool"]
         if score == 1.5:
             assert len(replies) == 2 and LOOKUP in replies[0] and len(tools) == 1
@@ -253,28 +264,22 @@ def test_evaluate_reports_the_rewards_of_another_configuration(scripted):
     assert metrics["eval/metric_tool_results"] == 0.5 and metrics["eval/mean_turns"] == 1.5
 
 
-def test_serve_sends_token_exact_multi_turn_groups(scripted, api, tiny_model_dir):
+@pytest.mark.parametrize(
+    "taskset, responder, scores",
+    [("vf_test_tools", pencil_responder, [0.0, 1.5]), ("vf_test_arith", arith_responder, [0.5, 1.5])],
+    ids=["multi-turn", "single-turn"],
+)
+def test_serve_sends_token_exact_groups(taskset, responder, scores, scripted, api, tiny_model_dir):
     served = scripted.serve(
-        VerifiersEnv, ["--env.vf_env_name", "vf_test_tools", "--env.group_size", "2",
-                       "--env.max_tokens_per_turn", "64"],
-        pencil_responder(), api,
+        VerifiersEnv, ["--env.vf_env_name", taskset, "--env.group_size", "2", "--env.max_tokens_per_turn", "64"],
+        responder(), api,
     )  # fmt: skip
-    assert sorted(served.group["scores"]) == [0.0, 1.5]
-    check_pencil_group(served.group, AutoTokenizer.from_pretrained(str(tiny_model_dir)))
-    assert all(r["path"] == "/generate" for r in served.requests)
-
-
-def test_serve_sends_token_exact_single_turn_groups(scripted, api, tiny_model_dir):
-    served = scripted.serve(
-        VerifiersEnv, ["--env.vf_env_name", "vf_test_arith", "--env.group_size", "2",
-                       "--env.max_tokens_per_turn", "64"],
-        arith_responder(), api,
-    )  # fmt: skip
-    assert sorted(served.group["scores"]) == [0.5, 1.5]
+    assert sorted(served.group["scores"]) == scores
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
-    trained_texts = _trained_and_masked(served.group, tokenizer)
-    for (trained, _), messages in zip(trained_texts, served.group["messages"], strict=True):
-        assert trained == messages[-1]["content"] + "<|im_end|>" and len(messages) == 3
+    check_exact_group(served.group, tokenizer)
+    if taskset == "vf_test_tools":
+        check_pencil_group(served.group, tokenizer)
+    assert all(r["path"] == "/generate" for r in served.requests)
 
 
 def test_evaluate_a_single_turn_taskset(scripted):
