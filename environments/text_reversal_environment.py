@@ -16,6 +16,11 @@ same.
 Without an evaluation file or set, ``test_set_size`` rows (at most half) are held out of training for
 evaluation.
 
+Prompt and budgets: ``--env.use_thinking true`` opens every prompt's system turn with a request for the
+reasoning in ``<think>`` tags (chat rows otherwise have no system turn). ``max_tokens`` (also read as
+``max_train_token_length``) is the budget of a training reply, ``max_eval_token_length`` that of an
+evaluation reply (default: ``max_tokens``).
+
 Reward (``text`` rows and generated texts): optional reasoning in ``<think>...</think>``, then
 ``<answer>REVERSED</answer>``. 1.0 when the answer, with surrounding whitespace removed, is exactly the
 reversed text (case and punctuation count); 0.0 when it differs, when there is no answer tag after the
@@ -28,6 +33,7 @@ garbage yet never tie an exact reversal.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import random
 import re
@@ -48,6 +54,10 @@ HUB_DATASET = "PrimeIntellect/Reverse-Text-SFT"
 SYSTEM_PROMPT = (
     "You may think before answering: put your reasoning inside <think> </think> tags. After the reasoning, "
     "write the reversed text inside <answer> </answer> tags, exactly once."
+)
+THINKING_PROMPT = (
+    "Think the problem through at whatever length it needs before answering: write your whole reasoning "
+    "inside <think> </think> tags, then give your answer after the closing tag."
 )
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
@@ -131,7 +141,10 @@ def score_reply(reply: str, expected: str, form: Form = "answer_tag", partial_cr
 
 
 class TextReversalEnvConfig(SingleTurnEnvConfig):
-    """SingleTurnEnvConfig plus the data source and the reward variant."""
+    """SingleTurnEnvConfig plus the data source, the prompt, the evaluation budget and the reward variant."""
+
+    #: compat: 0.4.0's name of the training budget.
+    original_key_aliases = {"max_train_token_length": "max_tokens"}
 
     dataset_name: Optional[str] = Field(
         None, description=f"hub set in the chat schema (e.g. {HUB_DATASET}); default: generated texts"
@@ -153,6 +166,12 @@ class TextReversalEnvConfig(SingleTurnEnvConfig):
     random_seed: int = Field(42, description="seed of the word split and of every generated text")
     partial_credit: bool = Field(
         False, description="wrong answers earn 0.5 * similarity to the reversed text"
+    )
+    use_thinking: bool = Field(
+        False, description="open the prompt's system turn with a request for reasoning in <think> tags"
+    )
+    max_eval_token_length: Optional[int] = Field(
+        None, ge=1, description="generation budget of an evaluation reply (default: max_tokens)"
     )
 
     @model_validator(mode="after")
@@ -236,7 +255,26 @@ class TextReversalEnv(LocalServerDefaults, SingleTurnEnv):
 
     # -- task -------------------------------------------------------------------------------------------
     def prompt_messages(self, item: ReversalItem) -> list[dict[str, str]]:
-        return [{"role": role, "content": content} for role, content in item.messages]
+        messages = [{"role": role, "content": content} for role, content in item.messages]
+        if not self.config.use_thinking:
+            return messages
+        if messages[0]["role"] == "system":  # one system turn: some chat templates refuse a second
+            messages[0]["content"] = f"{THINKING_PROMPT}\n\n{messages[0]['content']}"
+            return messages
+        return [{"role": "system", "content": THINKING_PROMPT}, *messages]
+
+    async def sample_eval_reply(self, item: ReversalItem, sem: asyncio.Semaphore) -> tuple[list[dict], str]:
+        """One evaluation reply, within ``max_eval_token_length`` tokens when that is set."""
+        async with sem:
+            messages, replies = await self._sample(
+                self.server,
+                item,
+                1,
+                max_tokens=self.config.max_eval_token_length or self.generation_budget,
+                temperature=self.config.eval_temperature,
+                split="eval",
+            )
+        return messages, replies[0] if replies else ""
 
     def score_reply(self, reply: str, item: ReversalItem) -> float:
         return score_reply(reply, item.expected, item.form, self.config.partial_credit)

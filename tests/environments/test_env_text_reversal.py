@@ -6,6 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from environments.text_reversal_environment import (
+    SYSTEM_PROMPT,
+    THINKING_PROMPT,
     TextReversalEnv,
     TextReversalEnvConfig,
     reverse_text,
@@ -152,3 +154,36 @@ def test_evaluate_reports_accuracy(scripted):
     assert metrics["eval/percent_correct"] == 1.0
     assert len(samples) == 5 and all(s["score"] == 1.0 for s in samples)
     assert "text_reversal evaluation: percent_correct=1.0000" in out
+
+
+async def test_use_thinking_opens_every_prompt_with_the_thinking_turn(tiny_model_dir):
+    plain = _env(tiny_model_dir, dataset_path=str(CHAT_SAMPLE), eval_dataset_path=str(CHAT_SAMPLE))
+    thinking = _env(
+        tiny_model_dir, dataset_path=str(CHAT_SAMPLE), eval_dataset_path=str(CHAT_SAMPLE), use_thinking=True
+    )
+    await plain.setup()
+    await thinking.setup()
+    item = plain.train_items[0]
+    assert [m["role"] for m in plain.prompt_messages(item)] == ["user"]
+    messages = thinking.prompt_messages(item)
+    assert messages[0] == {"role": "system", "content": THINKING_PROMPT} and messages[
+        1:
+    ] == plain.prompt_messages(item)
+    generated = _env(tiny_model_dir, use_thinking=True)
+    await generated.setup()
+    messages = generated.prompt_messages(await generated.get_next_item())
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert messages[0]["content"] == f"{THINKING_PROMPT}\n\n{SYSTEM_PROMPT}"
+
+
+def test_original_budget_keys_set_the_training_and_evaluation_budgets(scripted, tmp_path):
+    config = tmp_path / "reversal.yaml"
+    config.write_text(
+        "env:\n  max_train_token_length: 200\n  max_eval_token_length: 300\n  test_set_size: 3\n"
+    )
+    evaluation = scripted.evaluation(TextReversalEnv, ["--config", config], _responder())
+    assert [r["body"]["max_tokens"] for r in evaluation.requests] == [300, 300, 300]
+    groups_args = ["--config", config, "--env.dataset_path", SAMPLE, "--env.group_size", "2",
+                   "--env.total_steps", "1"]  # fmt: skip
+    requests = scripted.command(TextReversalEnv, "process", groups_args, _responder())
+    assert {r["body"]["max_tokens"] for r in requests} == {200}
