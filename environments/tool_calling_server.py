@@ -7,6 +7,8 @@ hub split instead (e.g. ``--env.dataset_name NousResearch/tool_calling --env.eva
 ``conversations``, a list of ``{"from": "system" | "human" | "gpt", "value": ...}`` turns, the tools
 declared in ``<tools>...</tools>`` in the system turn and the expected ``<tool_call>{...}</tool_call>``
 blocks in the gpt turn. A local training file without an evaluation file is used for both.
+``--env.max_eval_samples N`` evaluates on N of the evaluation rows drawn with ``eval_sample_seed``;
+``dataset`` is read as ``dataset_name``.
 
 Prompt: our system prompt plus the row's system turn (its tools), then the human turn.
 
@@ -36,6 +38,7 @@ from pydantic import Field
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.env_config import EvalSampleSettings
 from atroposlib.envs.reporting import summary_line
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.evals.bfcl.env import BfclEvaluation, BfclSettings
@@ -69,8 +72,12 @@ class ToolCallingItem:
         return len(self.expected) > 1
 
 
-class ToolCallingEnvConfig(BfclSettings, SingleTurnEnvConfig):
-    """SingleTurnEnvConfig plus where the conversations come from (and BFCL as the evaluation)."""
+class ToolCallingEnvConfig(BfclSettings, EvalSampleSettings, SingleTurnEnvConfig):
+    """SingleTurnEnvConfig plus where the conversations come from (and BFCL as the evaluation);
+    ``max_eval_samples`` evaluates on a seeded random subset of the evaluation rows."""
+
+    #: compat: 0.4.0's name of the hub set.
+    original_key_aliases = {"dataset": "dataset_name"}
 
     dataset_name: str = Field(DEFAULT_DATASET, description="hub data set of Hermes function-calling rows")
     dataset_config: Optional[str] = Field("default", description="configuration of the hub data set")
@@ -184,7 +191,7 @@ class ToolCallingEnv(BfclEvaluation, LocalServerDefaults, SingleTurnEnv):
                     f"{cfg.dataset_name}: {len(train)} usable rows, too few to hold out eval_size={cfg.eval_size}"
                 )
             train, test = train[cfg.eval_size :], train[: cfg.eval_size]
-        return train, test
+        return train, cfg.sample_eval(test)
 
     async def setup(self) -> None:
         self.train, self.test = self._load()

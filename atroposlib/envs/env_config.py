@@ -14,6 +14,7 @@ reported once in the log unless it is a compatibility key.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Mapping
 from typing import Any, ClassVar, Optional
 
@@ -243,6 +244,22 @@ class BaseEnvConfig(BaseModel):
         return data
 
 
+class EvalSampleSettings(BaseModel):
+    """Config fields for a seeded random subset of an environment's evaluation set (0.4.0's names)."""
+
+    max_eval_samples: Optional[int] = Field(
+        default=None, ge=1, description="evaluate on a random subset of this many items (seeded); unset: all"
+    )
+    eval_sample_seed: int = Field(default=42, description="seed of the max_eval_samples subset")
+
+    def sample_eval(self, items: list[Any]) -> list[Any]:
+        """``items`` when ``max_eval_samples`` is unset or not below their count, else a subset of that many
+        drawn with ``eval_sample_seed`` (the same items on every run)."""
+        if self.max_eval_samples is None or len(items) <= self.max_eval_samples:
+            return items
+        return random.Random(self.eval_sample_seed).sample(items, self.max_eval_samples)
+
+
 #: The tokenizer used when neither ``tokenizer_name`` nor a served model's name is known (the
 #: ``ServerBaseline`` default ``model_name`` "default" names no model).
 FALLBACK_TOKENIZER = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
@@ -272,6 +289,7 @@ __all__ = [
     "ORIGINAL_DUMP_AND_LOG_KEYS",
     "FALLBACK_TOKENIZER",
     "BaseEnvConfig",
+    "EvalSampleSettings",
     "known_config_keys",
     "resolve_tokenizer_name",
     "served_model_name",

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from atroposlib.envs.cli import parse_command
 from atroposlib.envs.data_loading import DatasetError
 from atroposlib.utils.tool_calls import ToolCall, expected_tool_calls, reply_matches
 from environments.tool_calling_server import (
@@ -257,3 +258,27 @@ def test_serve_sends_scored_groups_to_the_api(scripted, api):
     args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.max_token_length", "2048"]
     served = scripted.serve(ToolCallingEnv, args, mixed_responder, api)
     assert sorted(served.group["scores"]) == [-1.0, -1.0, 1.0, 1.0]
+
+
+async def test_max_eval_samples_evaluates_on_a_seeded_subset(tiny_model_dir):
+    async def questions(**values) -> list[str]:
+        env = _env(tiny_model_dir, **values)
+        await env.setup()
+        assert len(env.train) == len(ROWS)  # training keeps every row
+        return [item.messages[-1]["content"] for item in env.eval_items()]
+
+    everything = await questions()
+    subset = await questions(max_eval_samples=3, eval_sample_seed=7)
+    assert len(subset) == 3 and set(subset) < set(everything)
+    assert subset == await questions(max_eval_samples=3, eval_sample_seed=7)
+    others = [await questions(max_eval_samples=3, eval_sample_seed=seed) for seed in range(5)]
+    assert any(other != subset for other in others)
+    assert await questions(max_eval_samples=50) == everything
+
+
+def test_the_original_dataset_key_names_the_hub_set(tmp_path):
+    config = tmp_path / "tools.yaml"
+    config.write_text("env:\n  dataset: NousResearch/tool_calling\n  max_eval_samples: 20\n")
+    run = parse_command(ToolCallingEnv, ["evaluate", "--config", str(config)]).resolve()
+    assert run.env_config.dataset_name == "NousResearch/tool_calling"
+    assert run.env_config.max_eval_samples == 20
