@@ -26,25 +26,30 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.base import APIServerConfig
-from atroposlib.envs.config_defaults import LocalServerDefaults
-from atroposlib.envs.data_loading import load_rows
-from atroposlib.envs.episodes import Episode, Feedback
-from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig
-from atroposlib.envs.server_handling.server_manager import ServerManager
-from atroposlib.evals.judge import Judgement
-from atroposlib.utils.replies import answer_section
-from environments.community._judging.policy_judge import JudgeTally, PolicyJudgeMixin, PolicyJudgeSettings
+# Run as a script, the repository root is not on the path yet (the shared judge lives in the package).
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-try:
-    from environments.community.cat_behavior_env import cat_rules
-except ModuleNotFoundError:  # run as a script: this folder is on the path
-    import cat_rules
+from atroposlib.envs.base import APIServerConfig  # noqa: E402
+from atroposlib.envs.config_defaults import LocalServerDefaults  # noqa: E402
+from atroposlib.envs.data_loading import load_rows  # noqa: E402
+from atroposlib.envs.episodes import Episode, Feedback  # noqa: E402
+from atroposlib.envs.multi_turn import MultiTurnEnv, MultiTurnEnvConfig  # noqa: E402
+from atroposlib.envs.server_handling.server_manager import ServerManager  # noqa: E402
+from atroposlib.evals.judge import Judgement  # noqa: E402
+from atroposlib.utils.replies import answer_section  # noqa: E402
+from environments.community._judging.policy_judge import (  # noqa: E402
+    JudgeTally,
+    PolicyJudgeMixin,
+    PolicyJudgeSettings,
+)
+from environments.community.cat_behavior_env import cat_rules  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
