@@ -27,6 +27,15 @@ Questions: by default the original's ``gsm8k`` rows (``main``: train / test); lo
 (``--env.dataset_path``, ``--env.eval_dataset_path``) in GSM8K's schema: ``question`` and ``answer`` (a
 ``#### n`` ending gives the gold answer; any other text is the gold answer as written). A local
 ``dataset_path`` also serves for evaluation unless ``eval_dataset_path`` is given.
+``--env.eval_set_percentage P`` holds that share of the (shuffled) training rows out for evaluation instead;
+``--env.max_eval_samples N`` evaluates on N evaluation items drawn with ``eval_sample_seed``.
+
+Balance: with ``--env.ensure_equivalent_ratios true`` a format stops being drawn for training once it has
+``format_group_threshold`` successful groups (a group with at least one reply scoring 1) while another format
+of the set has fewer; when every format reaches the threshold all are drawn again.
+
+0.4.0's key names are read too: ``dataset`` (``dataset_name``), ``supported_formats`` (``formats``; its
+formats outside the twelve above are refused with the list of available ones).
 
 ``python environments/answer_format_environment.py {serve,process,evaluate} --openai.base_url ...``
 """
@@ -36,7 +45,8 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -44,6 +54,7 @@ from pydantic import Field, field_validator
 
 from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import hub_split, load_rows
+from atroposlib.envs.env_config import ORIGINAL_DUMP_AND_LOG_KEYS, EvalSampleSettings
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section, boxed_answers
 
@@ -200,8 +211,24 @@ class FormatItem:
         )
 
 
-class AnswerFormatEnvConfig(SingleTurnEnvConfig):
-    """SingleTurnEnvConfig plus the question source, the format set and the answer check."""
+class AnswerFormatEnvConfig(EvalSampleSettings, SingleTurnEnvConfig):
+    """SingleTurnEnvConfig plus the question source, the format set and its balance, and the answer check."""
+
+    original_key_aliases = {"dataset": "dataset_name", "supported_formats": "formats"}
+    unsupported_original_keys = {
+        "dataset_configs": "several hub sets mixed with per-set fields and types are not read here; name one "
+        "set of question/answer rows with --env.dataset_name or --env.dataset_path",
+        **{
+            key: ORIGINAL_DUMP_AND_LOG_KEYS[key]
+            for key in (
+                "debug_logging",
+                "suppress_base_env_logs",
+                "dump_rollouts",
+                "dump_failed_rollouts",
+                "rollout_save_score_threshold",
+            )
+        },
+    }
 
     dataset_name: str = Field("gsm8k", description="hub set of questions")
     dataset_config: Optional[str] = Field("main", description="hub set configuration")
@@ -216,6 +243,18 @@ class AnswerFormatEnvConfig(SingleTurnEnvConfig):
     )
     check_answer: bool = Field(False, description="also require the answer to equal the gold answer")
     seed: int = Field(42, description="seed of the shuffle and of the format drawn for each item")
+    eval_set_percentage: Optional[float] = Field(
+        None, gt=0.0, lt=1.0, description="hold this share of the training rows out for evaluation"
+    )
+    ensure_equivalent_ratios: bool = Field(
+        False, description="pause formats that reached format_group_threshold successful groups"
+    )
+    format_group_threshold: int = Field(
+        50,
+        ge=1,
+        le=1000,
+        description="successful groups per format before it pauses (ensure_equivalent_ratios)",
+    )
 
     @field_validator("formats")
     @classmethod
@@ -237,6 +276,8 @@ class AnswerFormatEnv(LocalServerDefaults, SingleTurnEnv):
         super().__init__(config, server_configs, slurm, testing)
         self.train_rows: list[dict[str, Any]] = []
         self.test_items: list[FormatItem] = []
+        #: training groups per format with at least one reply scoring 1
+        self.successful_groups: Counter[str] = Counter()
 
     @classmethod
     def default_env_config(cls) -> AnswerFormatEnvConfig:
@@ -253,20 +294,41 @@ class AnswerFormatEnv(LocalServerDefaults, SingleTurnEnv):
             hub_name=f"{cfg.dataset_name} ({split})",
         )
 
-    def _item(self, row: dict[str, Any], key: str) -> FormatItem:
+    def _item(self, row: dict[str, Any], key: str, formats: Sequence[str]) -> FormatItem:
         rng = random.Random(f"answer-format:{self.config.seed}:{key}")
-        return FormatItem(str(row["question"]), gold_answer(row["answer"]), rng.choice(self.config.formats))
+        return FormatItem(str(row["question"]), gold_answer(row["answer"]), rng.choice(list(formats)))
+
+    def training_formats(self) -> list[str]:
+        """The formats training items are drawn from: all of ``formats``, less (with
+        ``ensure_equivalent_ratios``) those at ``format_group_threshold`` successful groups while another is
+        below it."""
+        cfg = self.config
+        if not cfg.ensure_equivalent_ratios:
+            return cfg.formats
+        below = [name for name in cfg.formats if self.successful_groups[name] < cfg.format_group_threshold]
+        return below or cfg.formats
+
+    def on_group_scored(self, item: FormatItem, scores: Sequence[float]) -> None:
+        if any(score >= 1.0 for score in scores):
+            self.successful_groups[item.format] += 1
 
     async def setup(self) -> None:
         cfg = self.config
         self.train_rows = self._rows(cfg.dataset_path, cfg.split)
         random.Random(cfg.seed).shuffle(self.train_rows)
-        eval_rows = self._rows(cfg.eval_dataset_path or cfg.dataset_path, cfg.eval_split)
-        self.test_items = [self._item(row, f"eval:{i}") for i, row in enumerate(eval_rows)]
+        if cfg.eval_set_percentage is not None:
+            held_out = min(
+                max(1, round(len(self.train_rows) * cfg.eval_set_percentage)), len(self.train_rows) - 1
+            )
+            eval_rows, self.train_rows = self.train_rows[:held_out], self.train_rows[held_out:]
+        else:
+            eval_rows = self._rows(cfg.eval_dataset_path or cfg.dataset_path, cfg.eval_split)
+        items = [self._item(row, f"eval:{i}", cfg.formats) for i, row in enumerate(eval_rows)]
+        self.test_items = cfg.sample_eval(items)
 
     async def get_next_item(self) -> FormatItem:
         index = self.iter
-        return self._item(self.next_in_turn(self.train_rows), f"train:{index}")
+        return self._item(self.next_in_turn(self.train_rows), f"train:{index}", self.training_formats())
 
     def prompt_messages(self, item: FormatItem) -> list[dict[str, str]]:
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.prompt}]

@@ -7,6 +7,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
+from atroposlib.envs.cli import CliUsageError, parse_command
 from environments.answer_format_environment import (
     FORMATS,
     AnswerFormatEnv,
@@ -174,3 +175,60 @@ def test_evaluate_reports_accuracy_per_format(scripted):
     formats = {s["format"] for s in samples}
     assert len(samples) == 8 and {f"eval/format_accuracy/{f}" for f in formats} <= set(metrics)
     assert "answer_format evaluation: percent_correct=1.0000" in out
+
+
+async def test_equivalent_ratios_pause_formats_at_the_threshold(tiny_model_dir):
+    formats = ["xml", "json", "latex_boxed"]
+    env = _env(
+        tiny_model_dir,
+        dataset_path=str(GSM8K_SAMPLE),
+        formats=formats,
+        ensure_equivalent_ratios=True,
+        format_group_threshold=2,
+    )
+    await env.setup()
+    item = await env.get_next_item()
+    env.on_group_scored(item, [0.0, 0.0])  # no reply in the format: not a successful group
+    assert env.training_formats() == formats
+    env.on_group_scored(item, [1.0, 0.0])
+    env.on_group_scored(item, [0.0, 1.0])
+    paused = item.format
+    assert env.training_formats() == [f for f in formats if f != paused]
+    assert paused not in {(await env.get_next_item()).format for _ in range(40)}
+    for name in formats:
+        env.successful_groups[name] = 2  # every format at the threshold: all are drawn again
+    assert env.training_formats() == formats
+    unbalanced = _env(
+        tiny_model_dir, dataset_path=str(GSM8K_SAMPLE), formats=formats, format_group_threshold=2
+    )
+    await unbalanced.setup()
+    unbalanced.successful_groups[paused] = 5
+    assert unbalanced.training_formats() == formats
+
+
+async def test_eval_set_percentage_and_max_eval_samples_choose_the_evaluation_rows(tiny_model_dir):
+    rows = len(read_jsonl(GSM8K_SAMPLE))
+    env = _env(tiny_model_dir, dataset_path=str(GSM8K_SAMPLE), eval_set_percentage=0.25)
+    await env.setup()
+    held_out = round(rows * 0.25)
+    assert len(env.test_items) == held_out and len(env.train_rows) == rows - held_out
+    train_questions = {row["question"] for row in env.train_rows}
+    assert not train_questions & {item.question for item in env.test_items}
+    sampled = _env(tiny_model_dir, dataset_path=str(GSM8K_SAMPLE), max_eval_samples=2, eval_sample_seed=3)
+    await sampled.setup()
+    full = _env(tiny_model_dir, dataset_path=str(GSM8K_SAMPLE))
+    await full.setup()
+    assert len(sampled.test_items) == 2 and set(sampled.test_items) <= set(full.test_items)
+
+
+def test_original_keys_in_a_config_file(tmp_path):
+    config = tmp_path / "formats.yaml"
+    config.write_text("env:\n  dataset: gsm8k\n  supported_formats: [xml, json]\n  seed: 7\n")
+    run = parse_command(AnswerFormatEnv, ["evaluate", "--config", str(config)]).resolve()
+    assert run.env_config.formats == ["xml", "json"] and run.env_config.dataset_name == "gsm8k"
+    config.write_text("env:\n  supported_formats: [xml, yaml_confidence]\n")
+    with pytest.raises(CliUsageError, match="yaml_confidence"):
+        parse_command(AnswerFormatEnv, ["evaluate", "--config", str(config)]).resolve()
+    config.write_text("env:\n  dump_rollouts: true\n")
+    with pytest.raises(CliUsageError, match="dump_rollouts .* is not supported here"):
+        parse_command(AnswerFormatEnv, ["process", "--config", str(config)]).resolve()
