@@ -92,6 +92,8 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_cat_behavior_env").cat_caretaker_and_judge()
     if folder == "bleuberi":
         return _test_module("test_bleuberi")._responder
+    if folder == "deepsacrifice_chess":
+        return _test_module("test_deepsacrifice_chess")._responder
     if folder == "word_hunt":
         hunt = _test_module("test_env_word_hunt")
         return hunt._responder(hunt.Dictionary.load(hunt.DEFAULT_DICTIONARY, 3, 16))

@@ -1,0 +1,1 @@
+"""DeepSacrifice: chess moves rewarded for sound sacrificial attacking play."""
