@@ -33,6 +33,8 @@ the cause when it does not; there is no unsandboxed fallback unless ``--env.allo
 
 ``evaluate`` answers every evaluation problem once and reports ``eval/pass@1``.
 
+``--env.system_prompt TEXT`` replaces the system turn (an empty text sends none).
+
 ``python environments/code_execution_server.py {serve,process,evaluate} --openai.base_url URL
 --openai.model_name NAME``
 """
@@ -117,7 +119,12 @@ class Verdict:
 
 
 class CodeConfig(SingleTurnEnvConfig):
-    """SingleTurnEnvConfig plus the problem sets, the reward rule and the sandbox's limits."""
+    """SingleTurnEnvConfig plus the problem sets, the prompt, the reward rule and the sandbox's limits."""
+
+    ignored_original_keys = {
+        "max_test_cases_to_log": "capped the test cases copied into 0.4.0's evaluation logs; the logs and "
+        "rollouts here carry test counts and the failure reason, never the test cases",
+    }
 
     dataset_name: str = Field(
         DEFAULT_DATASET, description="hub set to train on (MBPP, HumanEval or code_contests schema)"
@@ -131,6 +138,9 @@ class CodeConfig(SingleTurnEnvConfig):
     eval_dataset_config: Optional[str] = Field(None, description="configuration of the hub evaluation set")
     eval_split: str = Field("test", description="hub split to evaluate on")
     eval_dataset_path: Optional[str] = Field(None, description="local evaluation file (default: HumanEval)")
+    system_prompt: Optional[str] = Field(
+        None, description="system turn of every prompt (default: the environment's own; empty: none)"
+    )
     partial_credit: bool = Field(
         False, description="reward the fraction of tests passed instead of all-or-nothing"
     )
@@ -348,7 +358,9 @@ class CodingEnv(LocalServerDefaults, SingleTurnEnv):
         self.train, self.test = self._load()
 
     def prompt_messages(self, item: CodeProblem) -> list[dict[str, str]]:
-        return [{"role": "system", "content": system_prompt}, {"role": "user", "content": item.statement}]
+        system = system_prompt if self.config.system_prompt is None else self.config.system_prompt
+        user = {"role": "user", "content": item.statement}
+        return [{"role": "system", "content": system}, user] if system else [user]
 
     # -- judging -----------------------------------------------------------------------------------------
     async def judge(self, reply: str, item: CodeProblem) -> Verdict:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from atroposlib.envs.cli import parse_command
 from atroposlib.envs.data_loading import DatasetError
 from atroposlib.sandbox import SandboxError
 from environments.code_execution_server import (
@@ -397,3 +398,20 @@ def test_evaluate_on_a_local_file(scripted):
     args = ["--env.dataset_path", MBPP, "--env.eval_dataset_path", STDIO, "--env.max_token_length", 2048]
     metrics, samples, _ = scripted.evaluate(CodingEnv, args, respond)
     assert metrics["eval/pass@1"] == 0.5 and len(samples) == 2
+
+
+def test_system_prompt_replaces_or_drops_the_system_turn(tiny_model_dir, problems):
+    problem = problems["sum of the squares of the digits"]
+    default = make_env(tiny_model_dir).prompt_messages(problem)
+    assert [m["role"] for m in default] == ["system", "user"] and "```python" in default[0]["content"]
+    custom = make_env(tiny_model_dir, system_prompt="Solve it in Python.").prompt_messages(problem)
+    assert custom == [{"role": "system", "content": "Solve it in Python."}, default[1]]
+    assert make_env(tiny_model_dir, system_prompt="").prompt_messages(problem) == [default[1]]
+
+
+def test_max_test_cases_to_log_is_accepted_with_its_reason(tmp_path):
+    config = tmp_path / "coding.yaml"
+    config.write_text("env:\n  max_test_cases_to_log: 5\n  system_prompt: Be brief.\n")
+    run = parse_command(CodingEnv, ["evaluate", "--config", str(config)]).resolve()
+    assert run.env_config.system_prompt == "Be brief."
+    assert "never the test cases" in CodingEnv.env_config_cls.ignored_original_keys["max_test_cases_to_log"]
