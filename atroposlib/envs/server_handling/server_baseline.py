@@ -172,6 +172,12 @@ class APIServerConfig(ServerBaseline):
     health_check: bool = Field(
         default=True, description="Whether to check the server's health in the background."
     )
+    servers_file: Optional[str] = Field(
+        default=None,
+        description="File listing the inference servers' base URLs (one a line, or a YAML list), written by "
+        "whoever starts them, e.g. the trainer; used instead of base_url and followed while the environment "
+        "runs, so that a server restarted on another port is found. The other settings apply to each server.",
+    )
 
 
 def require_base_url(config: ServerBaseline, server_type: str) -> None:
@@ -236,6 +242,8 @@ class APIServer(ABC):
         #: answering (instead of ``config.timeout`` after they started).
         self.unavailable_grace: Optional[float] = None
         self._next_unhealthy_report = 0.0
+        #: Set by :meth:`retire`: the server left its manager's list (e.g. it moved to another address).
+        self.retired = False
 
     # -- health ------------------------------------------------------------------------------------
     @property
@@ -563,6 +571,17 @@ class APIServer(ABC):
         """
         split, kwargs = self._prepare(kwargs, chat_completion=False)
         return await self._call(self._get_logprobs_wrapper, split, kwargs)
+
+    def retire(self) -> None:
+        """Take the server out of service: stop its health check, and make requests waiting for it to answer
+        again fail now with :class:`ServerUnavailableError` (requests already sent run to their end)."""
+        self.retired = True
+        self.initialized = True  # no new health check on a later request either
+        task, self.check_task = self.check_task, None
+        if task is not None and not task.done():
+            task.cancel()
+        self.unavailable_grace = 0.0
+        self._listeners.notify()
 
     async def close(self) -> None:
         """Stop the health check and release network resources."""

@@ -18,6 +18,10 @@ Config handling:
   (atroposlib 0.4.0 replaced it by localhost defaults);
 * a plain ``ServerBaseline`` -> discovery: SLURM inference nodes when ``$SLURM_JOB_NODELIST`` is
   set, else ``http://localhost:9004..9007/v1``;
+* a config with ``servers_file`` (``--openai.servers_file``) -> one server per base URL the file lists, each
+  with that config's other settings; the file is followed while the environment runs (see
+  :mod:`~atroposlib.envs.server_handling.servers_file`): servers that left it are retired (requests waiting
+  for them go to the listed ones) and new ones are added. It takes precedence over SLURM discovery;
 * ``testing=True`` -> one in-process :class:`ServerHarness`.
 
 Proxy mode (``managed_server`` through the ManagedServer HTTP proxy) is used only when asked for:
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import inspect
 import logging
 import math
@@ -36,13 +41,14 @@ import os
 import warnings
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Optional, Union
 
 from openai.types.chat.chat_completion import ChatCompletion
 from openai.types.completion import Completion
 from pydantic import BaseModel, Field
 
-from atroposlib.envs.server_handling.errors import ServerUnavailableError
+from atroposlib.envs.server_handling.errors import ServerUnavailableError, describe_failure
 from atroposlib.envs.server_handling.managed_server import DummyManagedServer, ManagedServer
 from atroposlib.envs.server_handling.message_tokens import MessageTokenizedServer
 from atroposlib.envs.server_handling.openai_compat import merge_choices
@@ -54,6 +60,7 @@ from atroposlib.envs.server_handling.server_baseline import (  # noqa: F401  (re
     ServerBaseline,
 )
 from atroposlib.envs.server_handling.server_harness import ServerHarness
+from atroposlib.envs.server_handling.servers_file import ServersFile
 from atroposlib.envs.server_handling.sglang_server import SGLangServer
 from atroposlib.envs.server_handling.slurm_discovery import LOCAL_DEFAULT_URLS, slurm_inference_urls
 from atroposlib.envs.server_handling.trl_vllm_server import TrlVllmServer
@@ -136,11 +143,26 @@ class ServerManager:
         self._unavailable_grace: Optional[float] = None
         self._watched: set[int] = set()
         self._waiters: dict[bool, collections.deque] = {True: collections.deque(), False: collections.deque()}
+        #: the followed servers file (``servers_file`` of the config), the config its servers are made from,
+        #: the task that follows it, the servers that left it, and the last weight (given to new servers)
+        self._servers_file: Optional[ServersFile] = None
+        self._file_template: Optional[APIServerConfig] = None
+        self._follow_task: Optional[asyncio.Task] = None
+        self._retired: list[APIServer] = []
+        self._weight: Optional[float] = None
+        self._server_class = server_class
+        #: seconds between two looks at the servers file
+        self.servers_file_poll_interval = 1.0
         if testing:
             self.servers: list[APIServer] = [
                 ServerHarness(config=self._harness_config(configs), reasoning_config=reasoning_config)
             ]
             return
+        template = self._servers_file_template(configs)
+        if template is not None:
+            self._servers_file = ServersFile(template.servers_file)
+            self._file_template = template
+            configs, slurm = self._file_configs(self._servers_file.urls), False
         self.servers = [self._build_server(cfg, server_class) for cfg in self._expand_configs(configs, slurm)]
 
     # -- construction -------------------------------------------------------------------------------
@@ -190,6 +212,30 @@ class ServerManager:
             return [template.model_copy(update={"base_url": url}, deep=True) for url in urls]
         return resolved
 
+    @staticmethod
+    def _servers_file_template(configs: Any) -> Optional[APIServerConfig]:
+        """The config naming a servers file, or None; ValueError when a list of several configs names one."""
+        items = list(configs) if isinstance(configs, (list, tuple)) else [configs]
+
+        def named(cfg: Any) -> Optional[str]:
+            return cfg.get("servers_file") if isinstance(cfg, dict) else getattr(cfg, "servers_file", None)
+
+        if not any(named(cfg) for cfg in items):
+            return None
+        if len(items) > 1:
+            raise ValueError(
+                f"servers_file is set in a list of {len(items)} server configs; give one config with "
+                "servers_file (its other settings apply to every server the file lists)"
+            )
+        cfg = items[0]
+        if isinstance(cfg, APIServerConfig):
+            return cfg
+        return APIServerConfig(**(cfg.model_dump() if isinstance(cfg, BaseModel) else cfg))
+
+    def _file_configs(self, urls: list[str]) -> list[APIServerConfig]:
+        assert self._file_template is not None
+        return [self._file_template.model_copy(update={"base_url": url}, deep=True) for url in urls]
+
     def _build_server(self, config: APIServerConfig, server_class: type) -> APIServer:
         cls = server_class
         if inspect.isabstract(server_class):
@@ -199,6 +245,69 @@ class ServerManager:
                     f"Invalid server type: {config.server_type!r} (expected one of {sorted(SERVER_CLASSES)})"
                 )
         return cls(config, reasoning_config=self.reasoning_config)
+
+    # -- following the servers file --------------------------------------------------------------------
+    @property
+    def servers_file(self) -> Optional[Path]:
+        """The servers file this manager follows (``servers_file`` of its config), or None."""
+        return self._servers_file.path if self._servers_file is not None else None
+
+    def follow_servers_file(self, force: bool = False) -> bool:
+        """Apply a change of the servers file; True when the list of servers changed.
+
+        Servers still listed are kept as they are; new ones are added (with this manager's weight and
+        ``unavailable_grace``); those no longer listed are retired (:meth:`APIServer.retire`: requests waiting
+        for them are sent to the listed servers). ``force`` reads the file even when its modification time
+        and size are unchanged. Without a servers file, nothing happens.
+        """
+        if self._servers_file is None:
+            return False
+        urls = self._servers_file.poll(force=force)
+        if urls is None:
+            return False
+        remaining = {s.config.base_url.rstrip("/"): s for s in self.servers}
+        servers: list[APIServer] = []
+        for cfg in self._file_configs(urls):
+            server = remaining.pop(cfg.base_url.rstrip("/"), None)
+            if server is None:
+                server = self._build_server(cfg, self._server_class)
+                server.unavailable_grace = self._unavailable_grace
+                if self._weight is not None:
+                    server.sem.update_weight(self._weight)
+                    server.eval_sem.update_weight(self._weight)
+            servers.append(server)
+        self.servers, self._next = servers, 0
+        for gone in remaining.values():
+            gone.retire()
+            self._retired.append(gone)
+        logger.warning(
+            "inference servers in %s are now %s (retired: %s)",
+            self._servers_file.path,
+            ", ".join(urls),
+            ", ".join(remaining) or "none",
+        )
+        self._watch_servers()
+        self._on_capacity_change()
+        return True
+
+    def _ensure_following(self) -> None:
+        """Start following the servers file in this event loop (once; again after a loop change)."""
+        if self._servers_file is None:
+            return
+        loop = asyncio.get_running_loop()
+        task = self._follow_task
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._follow_task = loop.create_task(self._follow_loop())
+
+    async def _follow_loop(self) -> None:
+        # A changed file is seen within a poll interval; while some server is not answering the file is read
+        # every time, since a rewrite within the file system's timestamp resolution leaves the stamp as is.
+        while True:
+            await asyncio.sleep(self.servers_file_poll_interval)
+            try:
+                self.follow_servers_file(force=not all(s.server_healthy for s in self.servers))
+            except Exception:  # following must never stop; the file's problems are logged by ServersFile
+                logger.exception("could not apply the servers file %s", self.servers_file)
 
     # -- capacity and routing -------------------------------------------------------------------------
     @staticmethod
@@ -250,6 +359,7 @@ class ServerManager:
 
     async def _wait_for_server(self, is_training: bool) -> APIServer:
         """A server with a free slot for the split, waiting (FIFO, event driven) when all are busy."""
+        self._ensure_following()
         server = self._select(is_training)
         if server is not None:
             return server
@@ -322,10 +432,15 @@ class ServerManager:
             reason = getattr(s, "last_failure", None) or "health check failed"
             since = s.unhealthy_for() if hasattr(s, "unhealthy_for") else 0.0
             parts.append(f"{s._describe()} for {since:.0f} s ({reason})")
+        where = (
+            f"listed in {self.servers_file} (--openai.servers_file)"
+            if self._servers_file is not None
+            else "at its base_url (--openai.base_url)"
+        )
         return (
             "no inference server is answering: "
             + "; ".join(parts)
-            + ". Check that it is running and reachable at its base_url (--openai.base_url)."
+            + f". Check that it is running and reachable {where}."
         )
 
     def unavailable_error(self) -> Optional[ServerUnavailableError]:
@@ -345,7 +460,8 @@ class ServerManager:
         await self._wait_for_server(is_training)
 
     async def update_weight(self, weight: float) -> None:
-        """Set this environment's share on every server."""
+        """Set this environment's share on every server (and on servers added later from the servers file)."""
+        self._weight = weight
         for server in self.servers:
             await server.update_weight(weight)
 
@@ -355,6 +471,23 @@ class ServerManager:
         return getattr(getattr(self.servers[server_idx], "config", None), "base_url", None)
 
     # -- requests ------------------------------------------------------------------------------------
+    async def _route(self, method: str, kwargs: dict[str, Any]) -> Any:
+        """Send one request to a server with a free slot. A request whose server is retired meanwhile (it left
+        the servers file) is sent again to a server listed now."""
+        is_training = kwargs.get("split", "train") == "train"
+        while True:
+            server = await self._wait_for_server(is_training)
+            try:
+                return await getattr(server, method)(**kwargs)
+            except Exception as exc:
+                if not getattr(server, "retired", False):
+                    raise
+                logger.info(
+                    "%s left the servers file while a request waited for it (%s); sending it to a listed server",
+                    server._describe(),
+                    describe_failure(exc),
+                )
+
     def _chunks(self, n: int) -> list[int]:
         sizes = [self.max_n_completions] * (n // self.max_n_completions)
         if n % self.max_n_completions:
@@ -369,8 +502,7 @@ class ServerManager:
                 *[self.chat_completion(**{**kwargs, "n": c}) for c in self._chunks(n)]
             )
             return merge_choices(list(parts))
-        server = await self._wait_for_server(kwargs.get("split", "train") == "train")
-        return await server.chat_completion(**kwargs)
+        return await self._route("chat_completion", kwargs)
 
     async def completion(self, **kwargs) -> Completion:
         """Route a text completion (``n`` splitting and ``split`` as for :meth:`chat_completion`)."""
@@ -378,8 +510,7 @@ class ServerManager:
         if n > self.max_n_completions:
             parts = await asyncio.gather(*[self.completion(**{**kwargs, "n": c}) for c in self._chunks(n)])
             return merge_choices(list(parts))
-        server = await self._wait_for_server(kwargs.get("split", "train") == "train")
-        return await server.completion(**kwargs)
+        return await self._route("completion", kwargs)
 
     async def tokens_and_logprobs_completion(self, **kwargs) -> tuple[list, list, list, list]:
         """Route a token-level completion; split results are concatenated (prompt tokens of the first)."""
@@ -394,13 +525,11 @@ class ServerManager:
                 logprobs.extend(lps)
                 finishes.extend(fin)
             return parts[0][0], outputs, logprobs, finishes
-        server = await self._wait_for_server(kwargs.get("split", "train") == "train")
-        return await server.tokens_and_logprobs_completion(**kwargs)
+        return await self._route("tokens_and_logprobs_completion", kwargs)
 
     async def get_logprobs(self, **kwargs) -> dict[str, Any]:
         """Route a prompt-logprob request (see :meth:`APIServer.get_logprobs`)."""
-        server = await self._wait_for_server(kwargs.get("split", "train") == "train")
-        return await server.get_logprobs(**kwargs)
+        return await self._route("get_logprobs", kwargs)
 
     async def wandb_metrics(self, metrics_dict: Optional[dict] = None) -> dict:
         """Every server's request metrics, named ``server/server_{i}_...``."""
@@ -410,8 +539,15 @@ class ServerManager:
         return metrics_dict
 
     async def close(self) -> None:
-        """Stop health checks and close connections of every server."""
-        for server in self.servers:
+        """Stop following the servers file, stop health checks and close connections of every server."""
+        task, self._follow_task = self._follow_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            if task.get_loop() is asyncio.get_running_loop():
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        retired, self._retired = self._retired, []
+        for server in [*self.servers, *retired]:
             await server.close()
 
     # -- contexts ------------------------------------------------------------------------------------
