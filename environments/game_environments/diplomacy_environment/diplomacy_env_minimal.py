@@ -47,19 +47,35 @@ from pydantic import Field
 
 from atroposlib.envs.episodes import Episode
 from atroposlib.envs.games import GameEnv, GameEnvConfig, GameSession, InvalidAction, action_tool_schema
-from environments.game_environments.diplomacy_environment.diplomacy_game import (
-    POWERS,
-    ScoreWeights,
-    game_score,
-    game_summary,
-    orderable,
-    phase_year,
-    random_orders,
-    render_board,
-    split_orders,
-    submit_orders,
-)
-from environments.game_environments.diplomacy_environment.opponents import ModelOpponents
+
+try:
+    from environments.game_environments.diplomacy_environment.diplomacy_game import (
+        POWERS,
+        ScoreWeights,
+        game_score,
+        game_summary,
+        orderable,
+        phase_year,
+        random_orders,
+        render_board,
+        split_orders,
+        submit_orders,
+    )
+    from environments.game_environments.diplomacy_environment.opponents import ModelOpponents
+except ModuleNotFoundError:  # run as a script: this folder is on the path
+    from diplomacy_game import (
+        POWERS,
+        ScoreWeights,
+        game_score,
+        game_summary,
+        orderable,
+        phase_year,
+        random_orders,
+        render_board,
+        split_orders,
+        submit_orders,
+    )
+    from opponents import ModelOpponents
 
 logger = logging.getLogger(__name__)
 

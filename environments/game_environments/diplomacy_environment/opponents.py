@@ -14,7 +14,11 @@ from atroposlib.envs.games import (
     action_tool_schema,
     parse_action,
 )
-from environments.game_environments.diplomacy_environment.diplomacy_game import render_board, split_orders
+
+try:
+    from environments.game_environments.diplomacy_environment.diplomacy_game import render_board, split_orders
+except ModuleNotFoundError:  # run as a script: this folder is on the path
+    from diplomacy_game import render_board, split_orders
 
 logger = logging.getLogger(__name__)
 
