@@ -1,0 +1,1 @@
+"""A tutor teaching a simulated student, rewarded by the student's progress (see ``tutor_env.py``)."""
