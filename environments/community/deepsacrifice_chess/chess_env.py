@@ -33,13 +33,11 @@ and ``name``.
 from __future__ import annotations
 
 import asyncio
-import random
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-import chess
 from pydantic import Field
 
 # Run as a script, the repository root is not on the path yet.
@@ -51,38 +49,18 @@ from atroposlib.envs.reporting import mean  # noqa: E402
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig  # noqa: E402
 from atroposlib.evals.judge import Judgement  # noqa: E402
 from atroposlib.utils.replies import answer_section  # noqa: E402
-from environments.community._judging.policy_judge import (  # noqa: E402
-    EvalGrade,
-    JudgedGrades,
-    PolicyJudgeMixin,
-    PolicyJudgeSettings,
-    fill_unreadable,
-)
-from environments.community.deepsacrifice_chess.positions import (  # noqa: E402
-    ChessPosition,
-    judge_messages,
-    parse_verdict,
-    policy_messages,
-    positions_from_rows,
-)
-from environments.community.deepsacrifice_chess.sacrifice import (  # noqa: E402
-    MoveAnalysis,
-    analyse_move,
-    reply_move,
-)
+from environments.community._judging import policy_judge as judging  # noqa: E402
+from environments.community.deepsacrifice_chess import positions as chess_positions  # noqa: E402
+from environments.community.deepsacrifice_chess.positions import ChessPosition, play  # noqa: E402
+from environments.community.deepsacrifice_chess.sacrifice import MoveAnalysis  # noqa: E402
 
 POSITIONS = Path(__file__).resolve().parent / "positions.jsonl"
 INVALID = -1.0
+#: the training settings ``config_init`` starts from
+TRAINING_DEFAULTS: dict[str, Any] = {"group_size": 8, "batch_size": 64, "max_token_length": 2048}
 
 
-def play(reply: str, position: ChessPosition) -> Optional[MoveAnalysis]:
-    """The analysis of the reply's move on the position, or None for no, several or an illegal move."""
-    board = chess.Board(position.fen)
-    move = reply_move(board, answer_section(reply))
-    return None if move is None else analyse_move(board, move)
-
-
-class ChessEnvConfig(PolicyJudgeSettings, SingleTurnEnvConfig):
+class ChessEnvConfig(judging.PolicyJudgeSettings, SingleTurnEnvConfig):
     """SingleTurnEnvConfig plus the data, the judge and the sacrifice scoring."""
 
     dataset_path: Optional[str] = Field(None, description="local positions (default: the shipped 16)")
@@ -99,7 +77,7 @@ class ChessEnvConfig(PolicyJudgeSettings, SingleTurnEnvConfig):
     judge_max_tokens: int = Field(512, ge=0, description="token budget of one judgement (0: the server's)")
 
 
-class ChessEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedGrades, SingleTurnEnv):
+class ChessEnv(judging.PolicyJudgeMixin, LocalServerDefaults, judging.JudgedGrades, SingleTurnEnv):
     """Chess moves scored by the judge's aggression rating and sacrifice verdict (see the module docstring)."""
 
     name = "deepsacrifice_chess"
@@ -112,14 +90,7 @@ class ChessEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedGrades, SingleTurnEn
 
     @classmethod
     def default_env_config(cls) -> ChessEnvConfig:
-        return ChessEnvConfig(
-            tokenizer_name=cls.default_model,
-            group_size=8,
-            total_steps=1000,
-            batch_size=64,
-            steps_per_eval=100,
-            max_token_length=2048,
-        )
+        return ChessEnvConfig(tokenizer_name=cls.default_model, **TRAINING_DEFAULTS)
 
     @property
     def correct_threshold(self) -> float:  # type: ignore[override]
@@ -128,17 +99,18 @@ class ChessEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedGrades, SingleTurnEn
     async def setup(self) -> None:
         cfg = self.config
         source = cfg.dataset_path or POSITIONS
-        positions = positions_from_rows(read_local_rows(source), str(source))
+        positions = chess_positions.positions_from_rows(read_local_rows(source), str(source))
         if cfg.eval_dataset_path:
             path = cfg.eval_dataset_path
-            self.train, self.test = positions, positions_from_rows(read_local_rows(path), path)
+            self.train, self.test = (
+                positions,
+                chess_positions.positions_from_rows(read_local_rows(path), path),
+            )
             return
-        random.Random(cfg.split_seed).shuffle(positions)
-        cut = max(1, int(len(positions) * 0.8))
-        self.train, self.test = positions[:cut], positions[cut:] or positions[-1:]
+        self.train, self.test = chess_positions.split_positions(positions, cfg.split_seed)
 
     def prompt_messages(self, item: ChessPosition) -> list[dict[str, str]]:
-        return policy_messages(item)
+        return chess_positions.policy_messages(item)
 
     # -- reward -----------------------------------------------------------------------------------------
     async def grade(self, reply: str, item: ChessPosition) -> Optional[Judgement[float]]:
@@ -150,13 +122,15 @@ class ChessEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedGrades, SingleTurnEn
         weight = self.config.sacrifice_weight
 
         def reward(section: str) -> Optional[float]:
-            verdict = parse_verdict(section)
+            verdict = chess_positions.parse_verdict(section)
             if verdict is None:
                 return None
             score, sound = verdict
             return score / 10 + ((weight if sound else -weight) if sacrifice else 0.0)
 
-        return await self.judge.grade(judge_messages(item, analysis, self.config.min_sacrifice), reward)
+        return await self.judge.grade(
+            chess_positions.judge_messages(item, analysis, self.config.min_sacrifice), reward
+        )
 
     def unjudged_score(self, analysis: Optional[MoveAnalysis]) -> float:
         """The reward of a move scored without the judge: mate or no legal move."""
@@ -173,19 +147,21 @@ class ChessEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedGrades, SingleTurnEn
         counts["sacrifices"] += sum(
             a is not None and a.is_sacrifice(self.config.min_sacrifice) for a in analyses
         )
-        return fill_unreadable(
+        return judging.fill_unreadable(
             [self.unjudged_score(a) if g is None else g.value for a, g in zip(analyses, grades, strict=True)]
         )
 
-    async def eval_grade(self, reply: str, item: ChessPosition) -> EvalGrade:
+    async def eval_grade(self, reply: str, item: ChessPosition) -> judging.EvalGrade:
         analysis = play(reply, item)
         fields = self.eval_fields(reply, item)
         grade = await self.grade(reply, item)
         if grade is None:
-            return EvalGrade(self.unjudged_score(analysis), fields={**fields, "sound": None})
-        verdict = parse_verdict(answer_section(grade.text) or "") if fields["sacrifice"] else None
+            return judging.EvalGrade(self.unjudged_score(analysis), fields={**fields, "sound": None})
+        verdict = (
+            chess_positions.parse_verdict(answer_section(grade.text) or "") if fields["sacrifice"] else None
+        )
         fields["sound"] = verdict[1] if verdict else None
-        return EvalGrade(grade.value, 1, int(grade.failed), {**fields, **grade.record()})
+        return judging.EvalGrade(grade.value, 1, int(grade.failed), {**fields, **grade.record()})
 
     def eval_fields(self, reply: str, item: ChessPosition) -> dict[str, Any]:
         analysis = play(reply, item)

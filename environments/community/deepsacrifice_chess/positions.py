@@ -8,6 +8,7 @@ move's aggression / brilliance from 1 to 10 and say whether a sacrifice is justi
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from typing import Any, Optional
 import chess
 
 from atroposlib.envs.data_loading import DatasetError, check_rows
-from environments.community.deepsacrifice_chess.sacrifice import MoveAnalysis
+from atroposlib.utils.replies import answer_section
+from environments.community.deepsacrifice_chess.sacrifice import MoveAnalysis, analyse_move, reply_move
 
 SYSTEM_PROMPT = (
     "You are DeepSacrifice, an aggressive attacking chess player. You prefer moves that attack the enemy "
@@ -70,6 +72,22 @@ def positions_from_rows(rows: Sequence[dict[str, Any]], source: str) -> list[Che
     ``fen`` is missing, not a legal position or one without a move, or ``moves`` is not a list of text."""
     check_rows(rows, ["fen"], source)
     return [_position(row, index, source) for index, row in enumerate(rows)]
+
+
+def split_positions(positions: list[ChessPosition], seed: int) -> tuple[list, list]:
+    """``(training, evaluation)`` positions: 80/20 after a shuffle seeded by ``seed`` (one position held out
+    at least)."""
+    shuffled = list(positions)
+    random.Random(seed).shuffle(shuffled)
+    cut = max(1, int(len(shuffled) * 0.8))
+    return shuffled[:cut], shuffled[cut:] or shuffled[-1:]
+
+
+def play(reply: str, position: ChessPosition) -> Optional[MoveAnalysis]:
+    """The analysis of the reply's move on the position, or None for no, several or an illegal move."""
+    board = chess.Board(position.fen)
+    move = reply_move(board, answer_section(reply))
+    return None if move is None else analyse_move(board, move)
 
 
 def _side(board: chess.Board) -> str:
