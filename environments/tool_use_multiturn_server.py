@@ -308,6 +308,14 @@ def calls_match(made: list[ToolCall], expected: tuple[ToolCall, ...]) -> bool:
 class MultiTurnToolUseConfig(MultiTurnEnvConfig):
     """MultiTurnEnvConfig plus the data, the scenario and the reward (the original's names)."""
 
+    original_key_aliases = {"max_gen_per_turn": "max_tokens_per_turn"}
+    unsupported_original_keys = {
+        "skip_completed": "0.4.0 skipped conversations listed in a fixed hub set of finished SFT tasks; "
+        "leave them out of --env.dataset_path instead",
+        "add_dynamic_few_shot": "a few-shot example harvested from earlier rollouts is not put in the system "
+        "prompt here (prompts come from the conversation alone, the same on every run)",
+    }
+
     group_size: int = 8
     max_turns: int = Field(8, ge=1, description="model turns per episode at most (the task sets its own)")
     max_tokens_per_turn: int = Field(1024, ge=1, description="generation budget of one reply in tokens")

@@ -34,6 +34,17 @@ except (
 class MTGRPOEnvConfig(MultiTurnToolUseConfig):
     """The multi-turn tool-use settings with turn-level advantages on."""
 
+    ignored_original_keys = {
+        **MultiTurnToolUseConfig.ignored_original_keys,
+        "use_parallel_requests": "chose between one request for the group's first turns and one request per "
+        "episode; the same replies are sampled either way (here: one request per episode)",
+    }
+    unsupported_original_keys = {
+        **MultiTurnToolUseConfig.unsupported_original_keys,
+        "turn_level_advantage_lambda": "the outcome advantage has weight 1 here; weigh the turn advantages "
+        "against it with --env.turn_advantage_weight (advantage = weight x turn part + outcome part)",
+    }
+
     dataset_name: str = Field(
         "interstellarninja/hermes_salesforce_apigen_tool_use", description="hub set of Hermes conversations"
     )

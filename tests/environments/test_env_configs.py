@@ -3,7 +3,9 @@ that exist here (``tests/fixtures/original_configs/``, in 0.4.0's own form): eac
 the resolved configuration: the environment's config, its servers, the manager) or the file is refused in one
 line naming the key; none is ignored. What each honoured option does is tested with its environment
 (``test_env_letter_counting.py``, ``test_env_ifeval.py``, ``test_env_pydantic_schema_following.py``,
-``test_env_math.py``, ``test_env_dataset.py``)."""
+``test_env_math.py``, ``test_env_dataset.py``, ``test_env_text_reversal.py``, ``test_env_tool_calling.py``,
+``test_env_answer_format.py``, ``test_env_code_execution.py``). :data:`ORIGINAL_KEYS` lists the keys 0.4.0's
+config classes of further environments declared: each has exactly one place here."""
 
 from __future__ import annotations
 
@@ -14,9 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
+from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.cli import CliUsageError, parse_command
 from atroposlib.envs.cli.config import ENV_KEY, MANAGER_KEYS, OPENAI_KEY, flat_env_keys_of, load_yaml_config
 from atroposlib.envs.env_config import COMPAT_ENV_KEYS, COMPAT_SERVER_KEYS
+from environments.answer_format_environment import AnswerFormatEnv
+from environments.code_execution_server import CodingEnv
 from environments.dataset_environment.dataset_env import DatasetEnv
 from environments.game_environments.blackjack_env import BlackjackEnv
 from environments.gsm8k_server import GSM8kEnv
@@ -24,6 +29,10 @@ from environments.instruction_following_algorithm_environment import Instruction
 from environments.letter_counting_environment import LetterCountingEnv
 from environments.math_server import MathEnv
 from environments.pydantic_schema_following_environment import PydanticSchemaFollowingEnv
+from environments.text_reversal_environment import TextReversalEnv
+from environments.tool_calling_server import ToolCallingEnv
+from environments.tool_use_multiturn_server import MultiTurnToolCallingEnv
+from environments.tool_use_turnlevel_advantage_server import MultiTurnToolUseTurnLevelAdvantageEnv
 from tests.helpers.cli_runs import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,3 +137,69 @@ def test_an_original_group_of_one_is_refused_for_training_but_evaluates():
     assert parse_command(DatasetEnv, ["evaluate", "--config", str(path)]).resolve().env_config.group_size == 1
     with pytest.raises(CliUsageError, match="group_size 1"):
         parse_command(DatasetEnv, ["process", "--config", str(path)]).resolve()
+
+
+# -- the original keys of the other environments (each honoured, aliased, accepted with a reason or refused) --
+#: (environment, 0.4.0 config keys that environment's config class declared). Each must be declared here, an
+#: alias, accepted with its reason or refused with its reason; the environment's own test file shows the
+#: effect of each honoured key.
+ORIGINAL_KEYS = [
+    (TextReversalEnv, ["use_thinking", "dataset_name", "eval_dataset_name", "test_set_size",
+                       "max_train_token_length", "max_eval_token_length"]),
+    (ToolCallingEnv, ["dataset", "max_eval_samples", "eval_sample_seed"]),
+    (AnswerFormatEnv, ["dataset", "max_eval_samples", "eval_sample_seed", "dataset_configs", "debug_logging",
+                       "suppress_base_env_logs", "dump_rollouts", "dump_failed_rollouts",
+                       "rollout_save_score_threshold", "eval_set_percentage", "supported_formats",
+                       "ensure_equivalent_ratios", "format_group_threshold", "seed"]),
+    (CodingEnv, ["dataset_name", "max_test_cases_to_log", "system_prompt"]),
+    (MultiTurnToolCallingEnv, ["max_tool_call_turns_cap", "validate_think_blocks", "generate_all_gpt_turns",
+                               "max_gen_per_turn", "wrong_call_penalty", "skip_completed",
+                               "scenario_category", "add_dynamic_few_shot"]),
+    (MultiTurnToolUseTurnLevelAdvantageEnv, ["max_tool_call_turns_cap", "validate_think_blocks",
+                                             "generate_all_gpt_turns", "max_gen_per_turn", "wrong_call_penalty",
+                                             "skip_completed", "scenario_category", "add_dynamic_few_shot",
+                                             "use_parallel_requests", "turn_level_advantage_lambda"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("env_cls", "keys"), ORIGINAL_KEYS, ids=lambda v: getattr(v, "__name__", None))
+def test_every_original_key_has_a_place(env_cls, keys):
+    config_cls = env_cls.env_config_cls
+    for key in keys:
+        placed = [
+            key in config_cls.model_fields,
+            key in config_cls.original_key_aliases,
+            bool(config_cls.ignored_original_keys.get(key)),
+            bool(config_cls.unsupported_original_keys.get(key)),
+        ]
+        assert sum(placed) == 1, (env_cls.__name__, key, placed)
+
+
+@pytest.mark.parametrize(("env_cls", "keys"), ORIGINAL_KEYS, ids=lambda v: getattr(v, "__name__", None))
+@pytest.mark.parametrize("mode", ["process", "evaluate"])
+def test_refused_original_keys_name_their_reason_in_one_line(env_cls, keys, mode, tmp_path):
+    refused = [key for key in keys if key in env_cls.env_config_cls.unsupported_original_keys]
+    for key in refused:
+        path = tmp_path / f"{key}.yaml"
+        path.write_text(yaml.safe_dump({"env": {key: True}}))
+        with pytest.raises(
+            CliUsageError, match=rf"^env\.{key} in --config .* is not supported here: "
+        ) as caught:
+            parse_command(env_cls, [mode, "--config", str(path)]).resolve()
+        assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("env_cls", "extra"),
+    [
+        (MultiTurnToolCallingEnv, ""),
+        (MultiTurnToolUseTurnLevelAdvantageEnv, "  use_parallel_requests: true\n"),
+    ],
+    ids=["multiturn", "turnlevel"],
+)
+def test_original_tool_use_keys_set_the_turn_budget(env_cls, extra, tmp_path, tiny_model_dir):
+    path = tmp_path / "tool_use.yaml"
+    path.write_text(f"env:\n  tokenizer_name: {tiny_model_dir}\n  max_gen_per_turn: 300\n{extra}")
+    config = parse_command(env_cls, ["evaluate", "--config", str(path)]).resolve().env_config
+    server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", server_type="vllm")
+    assert env_cls(config, server, slurm=False, testing=True).generation_budget == 300
