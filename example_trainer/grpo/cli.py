@@ -146,6 +146,8 @@ def _inference_flags(parser: argparse.ArgumentParser) -> None:
     _add(g, "weight_broadcast_async", action="store_true")
     _add(g, "vllm_enforce_eager", action="store_true")
     _add(g, "vllm_startup_timeout", type=float)
+    _add(g, "vllm_max_restarts", type=int)
+    _add(g, "inference_servers_file")
     _add(g, "vllm_config_path")
     _add(g, "use_vllm", "--no-vllm", action="store_false", help="do not start or refresh vLLM (train only)")
     _add(g, "inference_backend", choices=["vllm", "hf"])

@@ -149,6 +149,12 @@ class TrainingConfig(BaseModel):
     )
     vllm_enforce_eager: bool = Field(False, description="start vLLM with --enforce-eager (faster start)")
     vllm_startup_timeout: float = Field(600.0, gt=0, description="seconds to wait for vLLM's /health")
+    vllm_max_restarts: int = Field(1, ge=0, description="automatic restarts of a local server that dies")
+    inference_servers_file: str | None = Field(
+        None,
+        description="file the local server's base URL is written to at each (re)start, for environments' "
+        "--openai.servers_file (default <log_dir>/inference_servers.txt)",
+    )
 
     # --- wandb -------------------------------------------------------------------------------
     use_wandb: bool = False

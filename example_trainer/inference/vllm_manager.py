@@ -22,7 +22,13 @@ never outlives the trainer: it gets SIGTERM when the trainer dies, and a server 
 ``<log_dir>/inference_<port>.pid`` whose trainer is gone is stopped before a new one starts on that port
 (:mod:`example_trainer.inference.server_lifetime`), so ``--resume`` after a ``kill -9`` just works. A server
 that dies is detected (a watcher thread and every call check it), reported with the tail of its
-log and restarted once; a second death raises :class:`VllmDiedError`.
+log and restarted (``max_crash_restarts`` times, once by default); a further death raises :class:`VllmDiedError`.
+
+Each time the server (re)starts, its base URL is written to the servers file (``servers_file``, default
+``<log_dir>/inference_servers.txt``; :mod:`atroposlib.envs.server_handling.servers_file`), which environments
+started with ``--openai.servers_file`` follow. A restart whose port is still held by another process (a server
+that has not exited, anything else listening there) starts the server on a free port instead, so environments
+following the file find it there; only the first start refuses a port in use.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import Any, Literal
 import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from atroposlib.envs.server_handling.servers_file import write_servers_file
 from atroposlib.utils.processes import (
     ServiceNotReady,
     read_tail,
@@ -106,6 +113,11 @@ class VllmManagerConfig(BaseModel):
     stop_timeout: float = Field(30.0, gt=0, description="seconds between SIGTERM and SIGKILL")
     request_timeout: float = Field(600.0, gt=0, description="seconds for weight/adapter update calls")
     max_crash_restarts: int = Field(1, ge=0, description="automatic restarts after the server dies")
+    servers_file: str | None = Field(
+        None,
+        description="file the server's base URL is written to at each (re)start, for environments' "
+        "--openai.servers_file; default <log_dir>/inference_servers.txt",
+    )
     watch_interval: float | None = Field(2.0, gt=0, description="seconds between liveness checks; None: off")
     api_key: str | None = Field(None, description="the server's --api-key (sent as a bearer token)")
     backend: Literal["vllm", "hf"] = Field(
@@ -165,6 +177,8 @@ class VllmManagerConfig(BaseModel):
             "vllm_api_key": "api_key",
             "inference_backend": "backend",
             "inference_threads": "inference_threads",
+            "inference_servers_file": "servers_file",
+            "vllm_max_restarts": "max_crash_restarts",
         }
         for source, target in optional.items():
             value = getattr(cfg, source, None)
@@ -211,6 +225,13 @@ def port_in_use(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def free_port(host: str) -> int:
+    """A port on ``host`` that nothing listens on now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def _wait_port_free(host: str, port: int, timeout: float) -> None:
     """Wait up to ``timeout`` seconds for ``host:port`` to stop accepting connections."""
     deadline = time.monotonic() + timeout
@@ -247,17 +268,29 @@ class VllmManager:
         self._serving = False  #: the current process became healthy (so its exit is a crash)
         self._watcher: threading.Thread | None = None
         self._watch_stop = threading.Event()
+        #: the port the server listens on: ``vllm_port``, or a free one after a restart found it held
+        self._port = self.config.vllm_port
 
     # --- properties ----------------------------------------------------------------------------
     @property
     def root_url(self) -> str:
         """``http://host:port`` (the Atropos routes)."""
-        return f"http://{self.config.vllm_host}:{self.config.vllm_port}"
+        return f"http://{self.config.vllm_host}:{self._port}"
 
     @property
     def base_url(self) -> str:
         """OpenAI-compatible base URL ``http://host:port/v1`` for environments."""
         return f"{self.root_url}/v1"
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on (``vllm_port`` unless a restart found it held)."""
+        return self._port
+
+    @property
+    def servers_file(self) -> Path:
+        """The file the server's base URL is written to at each (re)start (for ``--openai.servers_file``)."""
+        return Path(self.config.servers_file or Path(self.config.log_dir) / "inference_servers.txt")
 
     @property
     def log_path(self) -> Path | None:
@@ -424,7 +457,7 @@ class VllmManager:
                 sys.executable, "-m", "example_trainer.inference.hf_generation",
                 "--model", model_path,
                 "--served-model-name", self._served_name or model_path,
-                "--host", cfg.vllm_host, "--port", str(cfg.vllm_port),
+                "--host", cfg.vllm_host, "--port", str(self._port),
                 "--max-model-len", str(cfg.max_model_len),
                 "--torch-threads", str(cfg.inference_threads),
                 "--device", cfg.hf_device,
@@ -446,7 +479,7 @@ class VllmManager:
             sys.executable, "-m", "example_trainer.inference.vllm_api_server",
             "--model", model_path,
             "--served-model-name", self._served_name or model_path,
-            "--host", cfg.vllm_host, "--port", str(cfg.vllm_port),
+            "--host", cfg.vllm_host, "--port", str(self._port),
             "--dtype", dtype, "--max-model-len", str(cfg.max_model_len),
         ]  # fmt: skip
         if not has_tokenizer(model_path):
@@ -486,29 +519,42 @@ class VllmManager:
     @property
     def pid_file(self) -> ServerPidFile:
         """The record of this port's server (:mod:`example_trainer.inference.server_lifetime`), beside its logs."""
-        return ServerPidFile(Path(self.config.log_dir) / f"inference_{self.config.vllm_port}.pid")
+        return ServerPidFile(Path(self.config.log_dir) / f"inference_{self._port}.pid")
 
-    def _launch(self, model_path: str) -> None:
+    def _claim_port(self) -> None:
+        """Make sure the server's port is free: a first start refuses a held port, a restart moves to a free one."""
         cfg = self.config
         # A server left running by an earlier trainer on this port that was killed outright: stop it.
         if self.pid_file.stop_stale(cfg.stop_timeout) is not None:
-            _wait_port_free(cfg.vllm_host, cfg.vllm_port, timeout=10.0)
-        if port_in_use(cfg.vllm_host, cfg.vllm_port):
+            _wait_port_free(cfg.vllm_host, self._port, timeout=10.0)
+        if not port_in_use(cfg.vllm_host, self._port):
+            return
+        if self._launches == 0:
             raise VllmStartError(
-                f"port {cfg.vllm_port} on {cfg.vllm_host} is already in use by another process; "
+                f"port {self._port} on {cfg.vllm_host} is already in use by another process; "
                 "stop it or choose another --vllm-port"
             )
+        held, self._port = self._port, free_port(cfg.vllm_host)
+        logger.warning(
+            "port %d is still held by another process; starting the inference server on port %d "
+            "(written to %s for environments that follow it)", held, self._port, self.servers_file,
+        )  # fmt: skip
+
+    def _launch(self, model_path: str) -> None:
+        cfg = self.config
+        self._claim_port()
         self._log_path = Path(cfg.log_dir) / f"vllm_{self._launches}.log"
         cmd = self.command(model_path)
         logger.info("starting vLLM on %s (log %s)", model_path, self._log_path)
         # The server gets SIGTERM if the trainer dies without stopping it (server_lifetime).
         self._proc = start_service(bound_to_parent(cmd), self._log_path, env=self._environment(), shown=cmd)
-        self.pid_file.record(self._proc.pid, cfg.vllm_host, cfg.vllm_port)
+        self.pid_file.record(self._proc.pid, cfg.vllm_host, self._port)
         self._launches += 1
         self._model_path = model_path
         self._serving = False
         self._wait_healthy()
         self._serving = True
+        write_servers_file(self.servers_file, [self.base_url])
 
     def _wait_healthy(self) -> None:
         assert self._proc is not None
