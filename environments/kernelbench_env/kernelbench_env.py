@@ -118,7 +118,7 @@ class KernelBenchEnv(LocalServerDefaults, SingleTurnEnv):
 
     def __init__(self, config: KernelBenchEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.runner: Optional[KernelRunner] = None
+        self.kernel_runner: Optional[KernelRunner] = None
         self.results: list[KernelResult] = []
 
     @classmethod
@@ -172,7 +172,7 @@ class KernelBenchEnv(LocalServerDefaults, SingleTurnEnv):
     async def setup(self) -> None:
         self.train = self._rows(self.config.dataset_path)
         self.test = self._rows(self.config.eval_dataset_path) if self.config.eval_dataset_path else self.train
-        self.runner = self._make_runner()
+        self.kernel_runner = self._make_runner()
 
     # -- the task ---------------------------------------------------------------------------------------
     def prompt_messages(self, item: dict[str, Any]) -> list[dict[str, str]]:
@@ -189,8 +189,8 @@ class KernelBenchEnv(LocalServerDefaults, SingleTurnEnv):
         parsed = extract_model_new(reply)
         if parsed.code is None:
             return KernelResult(False, False, error=f"reply: {parsed.problem}")
-        assert self.runner is not None, "setup() builds the runner"
-        return await self.runner.evaluate(item["code"], parsed.code)
+        assert self.kernel_runner is not None, "setup() builds the runner"
+        return await self.kernel_runner.evaluate(item["code"], parsed.code)
 
     async def score_replies_async(self, replies: Sequence[str], item: dict[str, Any]) -> list[float]:
         results = await asyncio.gather(*(self.check_reply(r, item) for r in replies))
