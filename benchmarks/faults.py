@@ -10,6 +10,9 @@ model gets a short supervised warm start first (cached), on the task both enviro
 
 =====================  ==========================================================================
 ``env_kill``           ``kill -9`` of the first environment, then it is started again
+``inference_move``     the inference server is restarted on a new port: ``kill -9`` of it while a dummy listener
+                       takes its port, so the trainer starts it on a free port and rewrites its servers file;
+                       the environments (started with ``--openai.servers_file``, not a fixed base URL) follow
 ``inference_kill``     ``kill -9`` of the inference server (the trainer restarts it)
 ``trainer_kill``       ``kill -9`` of the trainer's process group right after an uncheckpointed step,
                        then the same command again (``--resume latest``)
@@ -22,7 +25,7 @@ model gets a short supervised warm start first (cached), on the task both enviro
 and then checks, printed as a table: the run reaches its step count; every batch (and every group, by the
 API's group id) is trained exactly once in the run as finally trained; after the trainer's restart the step,
 batch, loss and learning rate of the replayed step equal those of the killed run; the environments logged the
-inference server's outage and its return; the trainer kept training while an environment was stopped; the
+inference server's outage and its return, and both followed the server to its new port; the trainer kept training while an environment was stopped; the
 seconds from each fault's restart to the next trained step. ``run_faults`` returns the same as a
 :class:`FaultReport` (``tests/example_trainer/test_fault_run.py`` runs it in CI).
 """
@@ -34,6 +37,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sqlite3
 import sys
 import tempfile
@@ -47,6 +51,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from atroposlib.envs.server_handling.servers_file import read_servers_file  # noqa: E402
 from atroposlib.testing.api_process import ApiProcess, free_port  # noqa: E402
 from atroposlib.utils.processes import ServiceProcess  # noqa: E402
 from example_trainer.inference.server_lifetime import ServerPidFile  # noqa: E402
@@ -136,6 +141,9 @@ class FaultRun:
             log_path=self.logs / "run-api.log",
         )
         self.inference_port = free_port()
+        #: the trainer writes its server's address here; the environments follow it
+        self.servers_file = self.logs / "inference_servers.txt"
+        self.port_holder: socket.socket | None = None  #: the dummy listener on the moved server's old port
         self.batch_size, self.group_size = 8, 4
         # env_b is owed half of every batch, so that a stopped env_b would hold the trainer without the
         # API's heartbeat.
@@ -158,7 +166,8 @@ class FaultRun:
             "--seq-len", "256", "--save-path", str(self.ckpt), "--checkpoint-interval", "2",
             "--vllm-restart-interval", "2", "--refresh-mode", "reload", "--inference-backend", "hf",
             "--vllm-port", str(self.inference_port), "--max-model-len", "256", "--vllm-startup-timeout", "120",
-            "--log-dir", str(self.logs), "--resume", "latest",
+            "--log-dir", str(self.logs), "--resume", "latest", "--vllm-max-restarts", "2",
+            "--inference-servers-file", str(self.servers_file),
         ]  # fmt: skip
 
     def env_command(self, *extra: str) -> list[str]:
@@ -172,7 +181,7 @@ class FaultRun:
             "--env.operations", json.dumps(TASK["operations"]), "--env.min_digits", str(TASK["min_digits"]),
             "--env.max_digits", str(TASK["max_digits"]), "--env.eval_size", str(TASK["eval_size"]),
             "--env.max_answer_tokens", "6", "--env.ensure_scores_are_not_same", "false",
-            "--openai.base_url", f"http://127.0.0.1:{self.inference_port}/v1",
+            "--openai.servers_file", str(self.servers_file),
             "--openai.model_name", str(self.model_dir), "--openai.server_type", "vllm", *extra,
         ]  # fmt: skip
 
@@ -259,12 +268,36 @@ class FaultRun:
         f.restarted_at = time.time()
         self.next_step_after(f)
 
-    def kill_inference(self) -> None:
-        record = ServerPidFile(self.logs / f"inference_{self.inference_port}.pid").read()
+    def serving_port(self) -> int:
+        """The port of the trainer's inference server, as its servers file says now."""
+        return int(read_servers_file(self.servers_file)[0].rsplit(":", 1)[1].split("/", 1)[0])
+
+    def server_pid(self) -> int:
+        record = ServerPidFile(self.logs / f"inference_{self.serving_port()}.pid").read()
         if record is None:
             raise FaultRunFailed("no inference server recorded by the trainer")
+        return int(record["server_pid"])
+
+    def move_inference(self) -> None:
+        old, pid = self.serving_port(), self.server_pid()
+        f = self.fault("inference_move")
+        # The trainer is paused while its server dies and another process takes the port, so that its restart
+        # (not a race with it) finds the port held.
+        os.killpg(self.trainer.pid, signal.SIGSTOP)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+            self.port_holder = hold_port(old, timeout=30)
+        finally:
+            os.killpg(self.trainer.pid, signal.SIGCONT)
+        self.wait(lambda: self.serving_port() != old, 240, "the inference server on a new port")
+        f.restarted_at = time.time()
+        self.next_step_after(f)
+        f.note = f"port {old} held; restarted on {self.serving_port()}, the envs followed"
+
+    def kill_inference(self) -> None:
+        pid = self.server_pid()
         f = self.fault("inference_kill")
-        os.killpg(record["server_pid"], signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
         f.restarted_at = time.time()  # the trainer notices and restarts it
         self.next_step_after(f)
         restarts = self.trainer.log_path.read_text().count("restarting it")
@@ -316,10 +349,11 @@ class FaultRun:
 
     # --- the run ----------------------------------------------------------------------------------
     def run(self) -> FaultReport:
-        schedule = [(1, self.kill_env), (3, self.kill_inference), (4, self.kill_trainer),
-                    (7, self.kill_api), (8, self.stop_env)]  # fmt: skip
+        schedule = [(1, self.kill_env), (2, self.move_inference), (3, self.kill_inference),
+                    (4, self.kill_trainer), (7, self.kill_api), (8, self.stop_env)]  # fmt: skip
         self.api.start(timeout=180)
         self.trainer.start()
+        self.wait(self.servers_file.is_file, 300, "the trainer's servers file")
         for env in self.envs.values():
             env.start()
         for at, action in schedule:
@@ -340,6 +374,8 @@ class FaultRun:
                 env.stop(timeout=10)
         self.trainer.stop(timeout=20)
         self.api.stop()
+        if self.port_holder is not None:
+            self.port_holder.close()
 
     # --- the checks -------------------------------------------------------------------------------
     def check(self) -> None:
@@ -403,13 +439,36 @@ class FaultRun:
         back = [n for n, t in texts.items() if "is answering again" in t]
         stop = next((f for f in self.report.faults if f.name == "env_stop"), None)
         kept_training = stop is not None and not stop.note.startswith("0 ")
+        moved = self.port_holder.getsockname()[1] if self.port_holder is not None else None
+        followed = [n for n, t in texts.items() if moved and f"(retired: http://127.0.0.1:{moved}/v1)" in t]
         return {
+            "envs follow the server to its new port": (
+                moved is not None and sorted(followed) == sorted(texts),
+                f"port {moved} given up; followed by {followed or 'none'}",
+            ),
             "envs wait for the inference server": (
                 bool(waited) and set(waited) <= set(back),
                 f"outage logged by {waited or 'none'}, recovery by {back or 'none'}",
             ),
             "a stopped env does not hold the trainer": (kept_training, stop.note if stop else "not run"),
         }
+
+
+def hold_port(port: int, timeout: float) -> socket.socket:
+    """Listen on ``port`` (retrying until its last owner has released it): the port stays held."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the dead server's connections may linger
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+            return sock
+        except OSError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise FaultRunFailed(f"port {port} was not released by the killed inference server") from None
+            time.sleep(0.05)
 
 
 def warm_model() -> Path:

@@ -1,6 +1,7 @@
 """The fault-injection run (benchmarks/faults.py): the real loop on CPU (run-api with its durable store, two
 environments, the trainer and its hf inference server), with each part killed or stopped mid-run; every check of
-its table must hold."""
+its table must hold, the inference server's move to a new port (environments following the trainer's servers
+file) included."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ def test_the_loop_survives_each_part_dying(tmp_path):
     print(report.table())
     assert [f.name for f in report.faults] == [
         "env_kill",
+        "inference_move",
         "inference_kill",
         "trainer_kill",
         "api_kill",
@@ -23,5 +25,6 @@ def test_the_loop_survives_each_part_dying(tmp_path):
     ]
     failed = {name: detail for name, (ok, detail) in report.checks.items() if not ok}
     assert not failed, report.table()
-    for fault in report.faults[:4]:  # each part came back and training went on after it
+    assert "envs follow the server to its new port" in report.checks  # asserted to hold above
+    for fault in report.faults[:5]:  # each part came back and training went on after it
         assert fault.recovery_s is not None, report.table()

@@ -24,16 +24,9 @@ from atroposlib.testing.api_process import free_port
 from atroposlib.testing.scripted_server import launch_scripted_server
 
 from .conftest import make_fast
+from .test_http_backends import wait_until
 
 USER = [{"role": "user", "content": "hello"}]
-
-
-async def wait_until(predicate, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
 
 
 # -- reading -------------------------------------------------------------------------------------------
@@ -46,18 +39,20 @@ def test_lines_with_comments_and_a_yaml_list_are_read(tmp_path):
     assert parse_servers('["http://c:3/v1"]') == ["http://c:3/v1"]
 
 
-@pytest.mark.parametrize(
-    ("content", "expected"),
-    [
-        (None, "does not exist"),
-        ("", "lists no inference server"),
-        ("# nothing yet\n\n", "lists no inference server"),
-        ("- http://a:1/v1\n- [unclosed\n", "not a valid YAML list"),
-        ("- {url: http://a:1/v1}\n", "must hold URL strings"),
-        ("localhost:9001\n", "is not a base URL"),
-    ],
-)
-def test_unusable_files_are_refused_in_one_line_naming_the_file(tmp_path, content, expected):
+#: file content (None: no file) -> what the one-line error says
+UNUSABLE = {
+    None: "does not exist",
+    "": "lists no inference server",
+    "# nothing yet\n\n": "lists no inference server",
+    "- http://a:1/v1\n- [unclosed\n": "not a valid YAML list",
+    "- {url: http://a:1/v1}\n": "must hold URL strings",
+    "localhost:9001\n": "is not a base URL",
+}
+
+
+@pytest.mark.parametrize("content", list(UNUSABLE))
+def test_unusable_files_are_refused_in_one_line_naming_the_file(tmp_path, content):
+    expected = UNUSABLE[content]
     path = tmp_path / "servers.txt"
     if content is not None:
         path.write_text(content)
