@@ -129,6 +129,14 @@ def _responder(script: str, args: list[str], tiny_model_dir: Path) -> Callable[[
         return _games(lambda k: [take_action("stick")] if k == 0 else ["I fold."])
     if name == "game_environments/taxi_env.py":
         return _games(lambda k: [take_action("south")] if k == 0 else ["I will wait here."])
+    if name == "game_environments/diplomacy_environment/diplomacy_env_minimal.py":
+        return _games(
+            lambda k: (
+                [take_action("A PAR - BUR; A MAR - SPA; F BRE - MAO", "orders")] if k == 0 else ["I wait."]
+            )
+        )
+    if name == "kernelbench_env/kernelbench_env.py":
+        return _test_module("test_env_kernelbench").good_or_wrong
     if name == "game_environments/textworld_env.py":
         return _games(lambda k: [take_action("look", "command")] if k == 0 else ["Let me think."])
     if name == "tool_use_python_math_server.py":
