@@ -58,9 +58,13 @@ def describe_hand(player: list[int], dealer_up: int, total: int, usable_ace: boo
 
 
 class BlackjackEnvConfig(GameEnvConfig):
-    """GameEnvConfig plus Gymnasium's blackjack rule switches."""
+    """GameEnvConfig plus the Gymnasium environment id and its blackjack rule switches."""
+
+    #: compat: the name 0.4.0's blackjack_env_no_thinking.py gave the turn limit.
+    original_key_aliases = {"max_episode_turns": "max_turns"}
 
     group_size: int = 16
+    env_name: str = Field("Blackjack-v1", description="the Gymnasium environment id (a Blackjack-v1 variant)")
     max_turns: int = Field(10, ge=1, description="moves per hand at most (a hand rarely needs more than 5)")
     max_tokens_per_turn: int = Field(1024, ge=1, description="generation budget of one reply in tokens")
     max_token_length: int = Field(8192, description="budget of a whole episode's sequence in tokens")
@@ -73,7 +77,7 @@ class BlackjackSession(GameSession):
 
     def __init__(self, config: BlackjackEnvConfig, seed: int):
         super().__init__(config.action_format, config.invalid_action_penalty)
-        self.env = gym.make("Blackjack-v1", natural=config.natural, sab=config.sab)
+        self.env = gym.make(config.env_name, natural=config.natural, sab=config.sab)
         observation, _ = self.env.reset(seed=seed)
         self.open(
             RULES, action_tool_schema("action", "your move", list(MOVES)), "hit", self._describe(observation)

@@ -141,3 +141,14 @@ def test_evaluate_reports_the_win_rate(scripted):
     assert results["eval/percent_correct"] == pytest.approx(wins / 6) == pytest.approx(results["eval/won"])
     assert results["eval/mean_score"] == pytest.approx(sum(s["score"] for s in samples) / 6)
     assert results["eval/invalid_action"] == 0.0
+
+
+def test_env_name_picks_the_gymnasium_environment_and_max_episode_turns_the_turn_limit():
+    if "BlackjackVariant-v0" not in gym.registry:
+        gym.register("BlackjackVariant-v0", entry_point="gymnasium.envs.toy_text.blackjack:BlackjackEnv")
+    session = BlackjackSession(BlackjackEnvConfig(env_name="BlackjackVariant-v0"), seed=3)
+    assert session.env.spec.id == "BlackjackVariant-v0"
+    assert BlackjackSession(BlackjackEnvConfig(), seed=3).env.spec.id == "Blackjack-v1"
+    with pytest.raises(gym.error.Error):
+        BlackjackSession(BlackjackEnvConfig(env_name="NoSuchGame-v0"), seed=3)
+    assert BlackjackEnvConfig(max_episode_turns=3).max_turns == 3  # 0.4.0's name of the turn limit

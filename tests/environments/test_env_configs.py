@@ -24,6 +24,7 @@ from environments.answer_format_environment import AnswerFormatEnv
 from environments.code_execution_server import CodingEnv
 from environments.dataset_environment.dataset_env import DatasetEnv
 from environments.game_environments.blackjack_env import BlackjackEnv
+from environments.game_environments.blackjack_env_thinking import BlackjackThinkingEnv
 from environments.gsm8k_server import GSM8kEnv
 from environments.instruction_following_algorithm_environment import InstructionFollowingEnv
 from environments.letter_counting_environment import LetterCountingEnv
@@ -159,6 +160,10 @@ ORIGINAL_KEYS = [
                                              "generate_all_gpt_turns", "max_gen_per_turn", "wrong_call_penalty",
                                              "skip_completed", "scenario_category", "add_dynamic_few_shot",
                                              "use_parallel_requests", "turn_level_advantage_lambda"]),
+    (BlackjackEnv, ["env_name", "max_episode_turns", "eval_episodes"]),
+    (BlackjackThinkingEnv, ["env_name", "temperature", "top_p", "max_turns", "thinking_active", "eval_episodes",
+                            "max_think_chars_history", "max_trajectory_tokens", "debug_mode", "group_size",
+                            "tiebreak_token_factor"]),
 ]  # fmt: skip
 
 
