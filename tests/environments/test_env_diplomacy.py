@@ -148,6 +148,20 @@ def test_unknown_power_and_missing_opponent_server_are_refused(tiny_model_dir):
         )
 
 
+ORIGINAL_KEYS = ["env_name", "max_game_turns", "training_power", "total_steps", "supply_center_weight",
+                 "survival_bonus", "win_bonus", "diplomacy_server_port", "start_diplomacy_server", "save_game_logs",
+                 "game_logs_dir", "eval_episodes"]  # fmt: skip
+
+
+def test_every_original_key_is_declared_or_ignored_with_a_reason():
+    cls = DiplomacyEnvMinimalConfig
+    for key in ORIGINAL_KEYS:
+        assert (key in cls.model_fields) != bool(cls.ignored_original_keys.get(key)), key
+    defaults = cls()
+    assert (defaults.max_game_turns, defaults.training_power, defaults.group_size) == (10, "FRANCE", 4)
+    assert (defaults.supply_center_weight, defaults.survival_bonus, defaults.win_bonus) == (1.0, 0.1, 5.0)
+
+
 def test_the_original_server_keys_are_accepted_and_ignored():
     config = DiplomacyEnvMinimalConfig(diplomacy_server_port=8432, start_diplomacy_server=True)
     assert "diplomacy_server_port" not in config.model_dump()

@@ -49,32 +49,10 @@ from atroposlib.envs.episodes import Episode
 from atroposlib.envs.games import GameEnv, GameEnvConfig, GameSession, InvalidAction, action_tool_schema
 
 try:
-    from environments.game_environments.diplomacy_environment.diplomacy_game import (
-        POWERS,
-        ScoreWeights,
-        game_score,
-        game_summary,
-        orderable,
-        phase_year,
-        random_orders,
-        render_board,
-        split_orders,
-        submit_orders,
-    )
+    from environments.game_environments.diplomacy_environment import diplomacy_game as board
     from environments.game_environments.diplomacy_environment.opponents import ModelOpponents
 except ModuleNotFoundError:  # run as a script: this folder is on the path
-    from diplomacy_game import (
-        POWERS,
-        ScoreWeights,
-        game_score,
-        game_summary,
-        orderable,
-        phase_year,
-        random_orders,
-        render_board,
-        split_orders,
-        submit_orders,
-    )
+    import diplomacy_game as board
     from opponents import ModelOpponents
 
 logger = logging.getLogger(__name__)
@@ -148,46 +126,46 @@ class DiplomacySession(GameSession):
 
     def finished(self) -> bool:
         """The game is over for the model: solo, year limit passed, or its power eliminated."""
-        year = phase_year(self.game.get_current_phase())
+        year = board.phase_year(self.game.get_current_phase())
         eliminated = not self.game.get_power(self.power).units and not self.game.get_power(self.power).centers
         return self.game.is_game_done or year is None or year > self.last_year or eliminated
 
     def _observe(self) -> str:
-        return render_board(self.game, self.power)
+        return board.render_board(self.game, self.power)
 
     async def _opponent_orders(self) -> None:
-        others = [p for p in POWERS if p != self.power and orderable(self.game, p)]
+        others = [p for p in board.POWERS if p != self.power and board.orderable(self.game, p)]
         if self.config.opponent_policy == "random":
             phase = self.game.get_current_phase()
             for power in others:
                 rng = random.Random(f"{self.seed}:{phase}:{power}")
-                submit_orders(self.game, power, random_orders(self.game, power, rng))
+                board.submit_orders(self.game, power, board.random_orders(self.game, power, rng))
         elif self.config.opponent_policy == "model" and self.opponents is not None:
             replies = await asyncio.gather(*(self.opponents.orders(self.game, p) for p in others))
             for power, orders in zip(others, replies, strict=True):
-                submit_orders(self.game, power, orders)
+                board.submit_orders(self.game, power, orders)
 
     async def _advance(self) -> None:
         """Process phases in which the model's power has nothing to order."""
-        while not self.finished() and not orderable(self.game, self.power):
+        while not self.finished() and not board.orderable(self.game, self.power):
             await self._opponent_orders()
             self.game.process()
 
     def parse_move(self, text: str) -> list[str]:
-        orders = split_orders(text)
+        orders = board.split_orders(text)
         if not orders:
             raise InvalidAction("no orders given")
         return orders
 
     async def apply(self, move: list[str]) -> tuple[float, bool, str]:
-        rejected = submit_orders(self.game, self.power, move)
+        rejected = board.submit_orders(self.game, self.power, move)
         self.orders_given += len(move)
         self.rejected_orders += len(rejected)
         await self._opponent_orders()
         self.game.process()
         await self._advance()
         note = f"Orders the engine rejected (those units held): {'; '.join(rejected)}\n" if rejected else ""
-        summary = game_summary(self.game)
+        summary = board.game_summary(self.game)
         if self.finished():
             self.won = summary["winner"] == self.power
             centres = summary["final_centers"][self.power]
@@ -198,10 +176,10 @@ class DiplomacySession(GameSession):
             )
         return 0.0, False, note + self._observe()
 
-    def score(self, weights: ScoreWeights) -> float:
-        """The game's score for the model's power so far (see :func:`game_score`)."""
-        summary = game_summary(self.game)
-        return game_score(
+    def score(self, weights: board.ScoreWeights) -> float:
+        """The game's score for the model's power so far (see :func:`diplomacy_game.game_score`)."""
+        summary = board.game_summary(self.game)
+        return board.game_score(
             summary["final_centers"], summary["phases_played"], summary["winner"], self.power, weights
         )
 
@@ -212,7 +190,7 @@ class DiplomacySession(GameSession):
             (folder / f"{self.game_id}.json").write_text(json.dumps(to_saved_game_format(self.game)))
 
     def metrics(self) -> dict[str, float]:
-        summary = game_summary(self.game)
+        summary = board.game_summary(self.game)
         return {
             **super().metrics(),
             "supply_centers": float(summary["final_centers"][self.power]),
@@ -233,8 +211,10 @@ class DiplomacyEnvMinimal(GameEnv):
 
     def __init__(self, config: DiplomacyEnvMinimalConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        if config.training_power.upper() not in POWERS:
-            raise ValueError(f"training_power {config.training_power!r} is not one of {', '.join(POWERS)}")
+        if config.training_power.upper() not in board.POWERS:
+            raise ValueError(
+                f"training_power {config.training_power!r} is not one of {', '.join(board.POWERS)}"
+            )
         config.training_power = config.training_power.upper()
         self.opponents: Optional[ModelOpponents] = None
         if config.opponent_policy == "model":
@@ -248,7 +228,9 @@ class DiplomacyEnvMinimal(GameEnv):
                 config.action_format,
                 RULES,
             )
-        self.weights = ScoreWeights(config.supply_center_weight, config.survival_bonus, config.win_bonus)
+        self.weights = board.ScoreWeights(
+            config.supply_center_weight, config.survival_bonus, config.win_bonus
+        )
 
     @classmethod
     def default_env_config(cls) -> DiplomacyEnvMinimalConfig:
