@@ -52,6 +52,9 @@ class RunnerSettings:
     seed: int = 42
 
 
+_CUDA_PROBE = "import torch\nprint('cuda' if torch.cuda.is_available() else 'none')\n"
+
+
 class KernelRunner:
     """Runs :mod:`kernel_harness` in ``sandbox`` with ``limits`` and ``settings``."""
 
@@ -59,6 +62,13 @@ class KernelRunner:
         self.sandbox = sandbox
         self.limits = limits
         self.settings = settings
+
+    async def device_reachable(self) -> bool:
+        """Whether a program in the sandbox sees the configured device (always true for ``cpu``)."""
+        if not self.settings.device.startswith("cuda"):
+            return True
+        result = await self.sandbox.run_python(_CUDA_PROBE, limits=self.limits)
+        return result.stdout.strip() == "cuda"
 
     def job(self, reference: str, candidate: str, nonce: str) -> dict[str, Any]:
         """The harness's stdin for one comparison."""

@@ -173,6 +173,11 @@ class KernelBenchEnv(LocalServerDefaults, SingleTurnEnv):
         self.train = self._rows(self.config.dataset_path)
         self.test = self._rows(self.config.eval_dataset_path) if self.config.eval_dataset_path else self.train
         self.kernel_runner = self._make_runner()
+        if not await self.kernel_runner.device_reachable():
+            raise RuntimeError(
+                f"KernelBench scoring needs {self.config.device} inside the sandbox, and programs there see no "
+                "CUDA device (the sandbox does not pass the GPU's device files through)"
+            )
 
     # -- the task ---------------------------------------------------------------------------------------
     def prompt_messages(self, item: dict[str, Any]) -> list[dict[str, str]]:

@@ -119,6 +119,8 @@ async def test_cuda_scoring_needs_a_cuda_device(runner):
         has_cuda = False
     if not has_cuda:
         assert not result.compiled and result.error.startswith("cuda unavailable")
+        assert not await cuda.device_reachable()
+    assert await runner.device_reachable()  # the CPU stand-in needs no probe
 
 
 def _env(tiny_model_dir, **values) -> KernelBenchEnv:
