@@ -25,6 +25,7 @@ from environments.code_execution_server import CodingEnv
 from environments.dataset_environment.dataset_env import DatasetEnv
 from environments.game_environments.blackjack_env import BlackjackEnv
 from environments.game_environments.blackjack_env_thinking import BlackjackThinkingEnv
+from environments.game_environments.textworld_env import TextWorldEnv
 from environments.gsm8k_server import GSM8kEnv
 from environments.instruction_following_algorithm_environment import InstructionFollowingEnv
 from environments.letter_counting_environment import LetterCountingEnv
@@ -164,6 +165,16 @@ ORIGINAL_KEYS = [
     (BlackjackThinkingEnv, ["env_name", "temperature", "top_p", "max_turns", "thinking_active", "eval_episodes",
                             "max_think_chars_history", "max_trajectory_tokens", "debug_mode", "group_size",
                             "tiebreak_token_factor"]),
+    (TextWorldEnv, ["env_name", "max_steps", "challenge_name", "challenge_rewards", "challenge_goal",
+                    "challenge_test_mode", "nb_rooms", "nb_objects", "quest_min_length", "quest_max_length",
+                    "quest_max_depth", "grammar_theme", "grammar_include_adj", "game_seed", "max_token_length",
+                    "max_trajectory_tokens", "agent_config", "rm_config", "G_policy_alternatives",
+                    "G_rm_judgements", "rm_reward_discount_factor", "debug_mode", "game_generation_params",
+                    "game_file_path", "default_server_config", "policy_agent_server_config",
+                    "rm_agent_server_config", "atropos_agent_config", "atropos_rm_config", "vrcli_enabled",
+                    "vrcli_weight", "vrcli_discount_factor", "enable_policy_thinking_summarization",
+                    "max_policy_thinking_summary_tokens", "use_registry", "registry_mode",
+                    "registry_generation_ratio", "registry_difficulty", "registry_game_type"]),
 ]  # fmt: skip
 
 

@@ -119,3 +119,39 @@ def test_process_writes_groups(scripted, games_dir):
     assert len(groups) == 1
     assert sorted(groups[0]["scores"]) == [-1.0, -1.0, 0.0, 0.0]
     assert all("Commands you can use now" in m[1]["content"] for m in groups[0]["messages"])
+
+
+async def test_quest_and_grammar_settings_shape_the_generated_game(tiny_model_dir, games_dir):
+    env = _env(
+        tiny_model_dir,
+        games_dir,
+        quest_min_length=1,
+        quest_max_length=2,
+        quest_max_depth=2,
+        grammar_include_adj=True,
+    )
+    options = env.game_options(4)
+    chaining = options.chaining
+    assert (chaining.min_length, chaining.max_length, chaining.max_depth) == (1, 2, 2)
+    assert options.grammar.include_adj and options.grammar.theme == "house"
+    default = _env(tiny_model_dir, games_dir).game_options(4)
+    assert (default.chaining.min_length, default.chaining.max_length, default.grammar.include_adj) == (
+        3,
+        3,
+        False,
+    )
+    assert env.game_file(4).name == "tw-r3-o5-q3-c1_2_2-ghouse_adj-s4.z8"
+    quest = len(_walkthrough(await env.ensure_game(4)))
+    assert 1 <= quest <= 2  # the quest's length within the configured bounds
+
+
+async def test_game_file_path_plays_one_game_in_every_episode(tiny_model_dir, games_dir):
+    game = await _env(tiny_model_dir, games_dir).ensure_game(1)
+    env = _env(tiny_model_dir, games_dir, game_file_path=str(game), max_steps=7)
+    assert env.config.max_turns == 7  # 0.4.0's name of the turn limit
+    assert await env.ensure_game(5) == await env.ensure_game(6) == game
+    session = await env.make_session(5)
+    generated = await _env(tiny_model_dir, games_dir).make_session(1)
+    assert session.messages == generated.messages
+    session.close()
+    generated.close()
