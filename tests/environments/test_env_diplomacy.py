@@ -188,3 +188,16 @@ def test_process_plays_real_games_and_trains_only_the_replies(scripted, tiny_mod
         assert trained == "".join(r + "<|im_end|>" for r in replies) and "Phase:" not in trained
     saved = list((scripted.tmp_path / "logs").glob("*.json"))
     assert len(saved) == 4 and json.loads(saved[0].read_text())["map"] == "standard"
+
+
+def test_evaluate_reports_games_centres_and_rejected_orders(scripted):
+    respond = episode_responder(
+        [[orders("A PAR - MOS; A MAR - SPA; F BRE - MAO"), orders(FALL), orders("A PAR B")]]
+    )
+    args = ["--env.eval_episodes", "2", "--env.max_game_turns", "1", "--env.max_tokens_per_turn", "256",
+            "--env.max_token_length", "16384", "--env.game_logs_dir", scripted.tmp_path / "logs"]  # fmt: skip
+    metrics, samples, _ = scripted.evaluate(DiplomacyEnvMinimal, args, respond)
+    assert len(samples) == 2 and {s["seed"] for s in samples} == {1_000_000, 1_000_001}
+    assert metrics["eval/invalid_action"] == 0.0 and metrics["eval/won"] == 0.0
+    assert metrics["eval/supply_centers"] >= 4.0 and 0.0 < metrics["eval/rejected_order_rate"] < 0.5
+    assert all(s["moves"][0].startswith("A PAR - MOS") for s in samples)
