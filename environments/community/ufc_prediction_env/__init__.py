@@ -1,0 +1,1 @@
+"""UFC fight predictions as broadcast-style commentary from fighter statistics (see ``ufc_server.py``)."""
