@@ -96,6 +96,8 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_deepsacrifice_chess")._responder
     if folder == "tutor_rl_agent":
         return _test_module("test_tutor_rl_agent").tutor(spoil_every=2)
+    if folder == "mcp_tool_calling":
+        return _test_module("test_mcp_tool_calling")._responder
     if folder == "ufc_prediction_env":
         return _test_module("test_ufc_prediction_env")._responder
     if folder == "word_hunt":
