@@ -10,12 +10,19 @@ when present and ``?`` otherwise, and a fighter without a row is shown as having
 from __future__ import annotations
 
 import math
+import os
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from atroposlib.envs.data_loading import DatasetError, check_rows, read_local_rows
 
+#: Where the original's sample files live (its folder of NousResearch/atropos).
+ORIGINAL_DATA_URL = (
+    "https://raw.githubusercontent.com/NousResearch/atropos/main/environments/community/ufc_prediction_env"
+)
 CORNERS = ("Red", "Blue")
 NO_WINNER = {"", "draw", "nc", "no contest"}
 #: The statistics card's lines: (label, column, unit) for each value.
@@ -75,6 +82,31 @@ def stats_card(name: str, stats: Mapping[str, Any] | None) -> str:
         shown = [(label, _shown(stats.get(column)), unit) for label, column, unit in group]
         lines.append("  ".join(f"{label}: {v}{unit if v != '?' else ''}" for label, v, unit in shown))
     return "\n".join(lines)
+
+
+def original_file(name: str, folder: Path) -> str:
+    """The original's data file ``name``: ``folder/name`` when it is there, else a copy downloaded once from
+    :data:`ORIGINAL_DATA_URL` into ``$UFC_DATA_CACHE_DIR`` (default ``~/.cache/ufc_prediction_env``).
+
+    Raises :class:`DatasetError` (one line) when the download fails.
+    """
+    if (folder / name).is_file():
+        return str(folder / name)
+    cache = Path(os.environ.get("UFC_DATA_CACHE_DIR", Path.home() / ".cache" / "ufc_prediction_env"))
+    target = cache / name
+    if not target.is_file():
+        url = f"{ORIGINAL_DATA_URL}/{name}"
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".part")
+        try:
+            urllib.request.urlretrieve(url, partial)
+        except Exception as exc:  # no network, moved file: say what to pass instead
+            raise DatasetError(
+                f"{url}: cannot download the original's {name} ({exc}); pass --env.dataset_path FILE "
+                "and --env.fighter_stats_path FILE"
+            ) from None
+        partial.replace(target)  # never leave a half-written file under the final name
+    return str(target)
 
 
 def load_fighter_stats(path: str) -> dict[str, dict[str, Any]]:

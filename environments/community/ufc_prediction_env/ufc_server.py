@@ -6,13 +6,14 @@ striking and grappling rates) and asks for dramatic live-style commentary ending
 prediction, a hedge, a prediction only inside ``<think>``, text after the prediction or almost no commentary;
 ``prediction.py`` says exactly how a reply is read).
 
-Data: the two CSV files the original reads from its own folder (``large_dataset.csv``: one fight per row with
-``r_fighter``, ``b_fighter``, ``winner``; ``fighter_stats.csv``: one fighter per row by ``name`` with
-``wins``, ``losses``, ``age``, ``height``, ``weight``, ``reach``, ``stance``, ``SLpM``, ``sig_str_acc``,
-``SApM``, ``str_def``, ``td_avg``, ``td_acc``, ``td_def``, ``sub_avg``). They are not published with the
-original: put them next to this file or pass ``--env.dataset_path`` (the fights; the original's
-``fight_data_path``) and ``--env.fighter_stats_path``. ``--env.eval_dataset_path`` gives evaluation fights;
-else a seeded ``eval_fraction`` of the fights is held out.
+Data: the two CSV files the original ships in its folder (``large_dataset.csv``: its 799-fight sample, one
+fight per row with ``r_fighter``, ``b_fighter``, ``winner``; ``fighter_stats.csv``: one fighter per row by
+``name`` with ``wins``, ``losses``, ``age``, ``height``, ``weight``, ``reach``, ``stance``, ``SLpM``,
+``sig_str_acc``, ``SApM``, ``str_def``, ``td_avg``, ``td_acc``, ``td_def``, ``sub_avg``): read from next to
+this file when there, else downloaded once from the original's repository (``fight_data.original_file``).
+``--env.dataset_path`` (the original's ``fight_data_path``) and ``--env.fighter_stats_path`` read local files
+in the same schema (e.g. the full 7,440-fight set); ``--env.eval_dataset_path`` gives evaluation fights, else
+a seeded ``eval_fraction`` of the fights is held out.
 
 ``python environments/community/ufc_prediction_env/ufc_server.py {serve,process,evaluate}``
 """
@@ -30,12 +31,16 @@ from pydantic import Field
 # Run as a script, the repository root is not on the path yet.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from atroposlib.envs.data_loading import DatasetError  # noqa: E402
 from atroposlib.envs.declared_defaults import DeclaredDefaults  # noqa: E402
 from atroposlib.envs.reply_fields import ReplyFields  # noqa: E402
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig  # noqa: E402
 from environments.community._judging.train_shares import TrainShares  # noqa: E402
-from environments.community.ufc_prediction_env.fight_data import Fight, load_fighter_stats, load_fights  # noqa: E402
+from environments.community.ufc_prediction_env.fight_data import (  # noqa: E402
+    Fight,
+    load_fighter_stats,
+    load_fights,
+    original_file,
+)
 from environments.community.ufc_prediction_env.prediction import predicted_corner  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -77,11 +82,12 @@ class UFCEnvConfig(SingleTurnEnvConfig):
     ignored_original_keys: ClassVar[dict[str, str]] = {
         "max_steps": "one reply per fight: every prediction is a single step",
     }
-    dataset_path: str = Field(
-        str(HERE / "large_dataset.csv"), description="fights: r_fighter, b_fighter, winner (Red/Blue)"
+    dataset_path: Optional[str] = Field(
+        None,
+        description="fights: r_fighter, b_fighter, winner (Red/Blue) (default: the original's large_dataset.csv)",
     )
-    fighter_stats_path: str = Field(
-        str(HERE / "fighter_stats.csv"), description="fighter statistics by name (wins, losses, SLpM, ...)"
+    fighter_stats_path: Optional[str] = Field(
+        None, description="fighter statistics by name (default: the original's fighter_stats.csv)"
     )
     eval_dataset_path: Optional[str] = Field(
         None, description="evaluation fights (default: eval_fraction of the fights held out)"
@@ -106,25 +112,12 @@ class UFCEnv(TrainShares, ReplyFields, DeclaredDefaults, SingleTurnEnv):
         group_size=8, temperature=0.7, top_p=0.95, max_tokens=2048, max_token_length=4096
     )
 
-    def _fights(self, path: str, stats: dict[str, dict[str, Any]]) -> list[Fight]:
-        if not Path(path).is_file():
-            raise DatasetError(
-                f"{path}: no such file (the original's UFC fight data is not published: pass "
-                "--env.dataset_path FILE and --env.fighter_stats_path FILE)"
-            )
-        return load_fights(path, stats)
-
     async def setup(self) -> None:
         cfg = self.config
-        if not Path(cfg.fighter_stats_path).is_file():
-            raise DatasetError(
-                f"{cfg.fighter_stats_path}: no such file (pass --env.fighter_stats_path FILE, "
-                "fighter statistics by name)"
-            )
-        stats = load_fighter_stats(cfg.fighter_stats_path)
-        fights = self._fights(cfg.dataset_path, stats)
+        stats = load_fighter_stats(cfg.fighter_stats_path or original_file("fighter_stats.csv", HERE))
+        fights = load_fights(cfg.dataset_path or original_file("large_dataset.csv", HERE), stats)
         if cfg.eval_dataset_path:
-            self.train, self.test = fights, self._fights(cfg.eval_dataset_path, stats)
+            self.train, self.test = fights, load_fights(cfg.eval_dataset_path, stats)
             return
         random.Random(cfg.split_seed).shuffle(fights)
         held_out = max(1, round(len(fights) * cfg.eval_fraction)) if len(fights) > 1 else 0

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 import re
+import shutil
 
 import pytest
 
+from environments.community.ufc_prediction_env import fight_data
 from environments.community.ufc_prediction_env.fight_data import load_fighter_stats, load_fights, stats_card
 from environments.community.ufc_prediction_env.prediction import named_corner, predicted_corner
 from environments.community.ufc_prediction_env.ufc_server import UFCEnv, UFCEnvConfig
@@ -85,7 +87,7 @@ def test_files_and_prompt():
     assert stats_card("X", {"name": "X", "wins": None}).startswith("Name: X\nWins: ?  Losses: ?")
 
 
-async def test_bad_rows_and_missing_files(tiny_model_dir, tmp_path):
+async def test_bad_rows(tiny_model_dir, tmp_path):
     rows = list(csv.DictReader(FIGHTS.open(encoding="utf-8")))
     rows[2]["winner"] = "Ines"
     bad = tmp_path / "bad.csv"
@@ -96,11 +98,28 @@ async def test_bad_rows_and_missing_files(tiny_model_dir, tmp_path):
     env = offline_env(UFCEnv, tiny_model_dir, dataset_path=str(bad), fighter_stats_path=str(STATS))
     error = await setup_failure(env, "row 2: field 'winner' must be Red or Blue")
     assert str(bad) in str(error)
-    missing = offline_env(
-        UFCEnv, tiny_model_dir, fighter_stats_path=str(STATS)
-    )  # the original's default file
-    await setup_failure(missing, "large_dataset.csv: no such file")
-    await setup_failure(offline_env(UFCEnv, tiny_model_dir), "fighter_stats.csv: no such file")
+
+
+async def test_default_data_is_the_originals_downloaded_once(tiny_model_dir, tmp_path, monkeypatch):
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    shutil.copy(FIGHTS, remote / "large_dataset.csv")
+    shutil.copy(STATS, remote / "fighter_stats.csv")
+    monkeypatch.setattr(fight_data, "ORIGINAL_DATA_URL", remote.as_uri())
+    monkeypatch.setenv("UFC_DATA_CACHE_DIR", str(tmp_path / "cache"))
+    env = offline_env(UFCEnv, tiny_model_dir)
+    await env.setup()
+    assert len(env.train) + len(env.test) == 8
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [
+        "fighter_stats.csv",
+        "large_dataset.csv",
+    ]
+    (remote / "large_dataset.csv").unlink()
+    await env.setup()  # the cached copy is used
+    monkeypatch.setenv("UFC_DATA_CACHE_DIR", str(tmp_path / "empty"))
+    await setup_failure(
+        offline_env(UFCEnv, tiny_model_dir), "cannot download the original's large_dataset.csv"
+    )
 
 
 async def test_split_and_original_keys(tiny_model_dir):
