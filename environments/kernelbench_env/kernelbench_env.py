@@ -31,6 +31,7 @@ Data: ``ScalingIntelligence/KernelBench`` split ``level_{level}`` (default level
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -53,6 +54,8 @@ except ModuleNotFoundError:  # run as a script: this folder is on the path
 logger = logging.getLogger(__name__)
 
 HUB_NAME = "ScalingIntelligence/KernelBench"
+#: Set while a training group is scored, so that only training verdicts feed the ``train/...`` metrics.
+_TRAINING = contextvars.ContextVar("kernelbench_training", default=False)
 REQUIRED_FIELDS = ("code", "problem_id", "name")
 SYSTEM_PROMPT = (
     "You write custom GPU kernels to speed up PyTorch models. You may think inside <think> </think> tags "
@@ -197,9 +200,17 @@ class KernelBenchEnv(LocalServerDefaults, SingleTurnEnv):
         assert self.kernel_runner is not None, "setup() builds the runner"
         return await self.kernel_runner.evaluate(item["code"], parsed.code)
 
+    async def collect_trajectories(self, item: dict[str, Any]):
+        token = _TRAINING.set(True)
+        try:
+            return await super().collect_trajectories(item)
+        finally:
+            _TRAINING.reset(token)
+
     async def score_replies_async(self, replies: Sequence[str], item: dict[str, Any]) -> list[float]:
         results = await asyncio.gather(*(self.check_reply(r, item) for r in replies))
-        self.results.extend(results)
+        if _TRAINING.get():
+            self.results.extend(results)
         cfg = self.config
         return [kernel_reward(r, cfg.compile_reward, cfg.speedup_weight) for r in results]
 

@@ -15,7 +15,12 @@ from atroposlib.envs.data_loading import DatasetError
 from atroposlib.sandbox import Sandbox, SandboxLimits
 from environments.kernelbench_env.kernel_reply import extract_model_new
 from environments.kernelbench_env.kernel_runner import KernelResult, KernelRunner, RunnerSettings
-from environments.kernelbench_env.kernelbench_env import KernelBenchEnv, KernelBenchEnvConfig, kernel_reward
+from environments.kernelbench_env.kernelbench_env import (
+    _TRAINING,
+    KernelBenchEnv,
+    KernelBenchEnvConfig,
+    kernel_reward,
+)
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
 
 ROWS = read_jsonl(FIXTURES / "kernelbench_sample.jsonl")
@@ -152,6 +157,22 @@ async def test_setup_stops_without_cuda_and_names_bad_rows(tiny_model_dir, tmp_p
             problem_id=9,
             dataset_path=str(FIXTURES / "kernelbench_sample.jsonl"),
         ).setup()
+
+
+async def test_only_training_verdicts_feed_the_train_metrics(tiny_model_dir):
+    env = _env(tiny_model_dir, device="cpu", dataset_path=str(FIXTURES / "kernelbench_sample.jsonl"))
+    env.kernel_runner = KernelRunner(
+        Sandbox(2, LIMITS), LIMITS, RunnerSettings(device="cpu", correct_trials=1)
+    )
+    replies = [block(GOOD), "no code"]
+    assert await env.score_replies_async(replies, ROWS[0]) == [1.0, 0.0]  # as evaluation scores
+    assert env.results == []
+    token = _TRAINING.set(True)  # what collect_trajectories sets around a training group
+    try:
+        await env.score_replies_async(replies, ROWS[0])
+    finally:
+        _TRAINING.reset(token)
+    assert [(r.compiled, r.correct) for r in env.results] == [(True, True), (False, False)]
 
 
 async def test_the_prompt_shows_the_reference_and_asks_for_model_new(tiny_model_dir):
