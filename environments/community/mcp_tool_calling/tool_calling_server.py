@@ -40,15 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from atroposlib.envs.base import EvalHandlingEnum  # noqa: E402
 from atroposlib.envs.data_loading import DatasetError, load_rows  # noqa: E402
-from environments.tool_calling_server import (  # noqa: E402
-    ToolCallingEnv,
-    ToolCallingEnvConfig,
-    ToolCallingItem,
-    rows_to_items,
-)
+from atroposlib.envs.declared_defaults import DeclaredDefaults  # noqa: E402
+from environments import tool_calling_server as function_calling  # noqa: E402
 
 
-class SingleToolCallingEnvConfig(ToolCallingEnvConfig):
+class SingleToolCallingEnvConfig(function_calling.ToolCallingEnvConfig):
     """The function-calling settings, with the hub set split by share as the original split it."""
 
     eval_size: Optional[int] = Field(
@@ -59,7 +55,7 @@ class SingleToolCallingEnvConfig(ToolCallingEnvConfig):
     )
 
 
-class SingleToolCallingEnv(ToolCallingEnv):
+class SingleToolCallingEnv(DeclaredDefaults, function_calling.ToolCallingEnv):
     """Rewards replies whose Hermes tool calls equal the expected ones, with the original's defaults."""
 
     name = "mcp_tool_calling"
@@ -68,31 +64,28 @@ class SingleToolCallingEnv(ToolCallingEnv):
     default_model = "Qwen/Qwen2.5-1.5B-Instruct"
     default_server_port = 9004
     default_server_settings = {"num_max_requests_at_once": 32}
+    default_env_values = {
+        "group_size": 32,
+        "total_steps": 2000,
+        "batch_size": 1024,
+        "steps_per_eval": 20,
+        "max_token_length": 1024 * 16,
+        "max_tokens": 1024 * 15,
+        "temperature": 0.8,
+        "eval_temperature": 1.0,
+        "wandb_name": "toolcall_think",
+        "eval_handling": EvalHandlingEnum.LIMIT_TRAIN,
+        "eval_limit_ratio": 0.1,
+    }
 
-    @classmethod
-    def default_env_config(cls) -> SingleToolCallingEnvConfig:
-        return SingleToolCallingEnvConfig(
-            group_size=32,
-            total_steps=2000,
-            batch_size=1024,
-            steps_per_eval=20,
-            max_token_length=1024 * 16,
-            max_tokens=1024 * 15,
-            temperature=0.8,
-            eval_temperature=1.0,
-            wandb_name="toolcall_think",
-            eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
-            eval_limit_ratio=0.1,
-        )
-
-    def _load(self) -> tuple[list[ToolCallingItem], list[ToolCallingItem]]:
+    def _load(self) -> tuple[list[function_calling.ToolCallingItem], list[function_calling.ToolCallingItem]]:
         """Local files, a hub evaluation split or a fixed ``eval_size`` as the function-calling environment
         reads them; otherwise the shuffled hub training split with ``eval_share`` of it held out."""
         cfg = self.config
         if cfg.dataset_path or cfg.eval_dataset_path or cfg.eval_split or cfg.eval_size is not None:
             return super()._load()
         rows = load_rows(None, self._hub(cfg.dataset_split), ["conversations"], cfg.dataset_name)
-        items = rows_to_items(rows, cfg.dataset_name)
+        items = function_calling.rows_to_items(rows, cfg.dataset_name)
         random.Random(42).shuffle(items)
         held_out = math.ceil(len(items) * cfg.eval_share)
         if held_out >= len(items):
@@ -100,10 +93,6 @@ class SingleToolCallingEnv(ToolCallingEnv):
                 f"{cfg.dataset_name}: {len(items)} usable rows, too few to hold out eval_share={cfg.eval_share}"
             )
         return items[held_out:], cfg.sample_eval(items[:held_out])
-
-
-# The top-level environment's name for the same class, for code that imports it from here.
-ToolCallingConfig = SingleToolCallingEnvConfig
 
 
 if __name__ == "__main__":

@@ -74,6 +74,7 @@ def test_the_original_defaults():
     assert config.eval_handling is EvalHandlingEnum.LIMIT_TRAIN and config.eval_limit_ratio == 0.1
     assert config.wandb_name == "toolcall_think" and config.dataset_name == "NousResearch/XLAM-Atropos"
     assert (config.eval_size, config.eval_share) == (None, 0.02)
+    assert config.tokenizer_name == "Qwen/Qwen2.5-1.5B-Instruct"
     assert server.model_name == "Qwen/Qwen2.5-1.5B-Instruct" and server.base_url == "http://localhost:9004/v1"
 
 
