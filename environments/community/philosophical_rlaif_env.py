@@ -44,8 +44,8 @@ from pydantic import Field
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from atroposlib.envs.base import EvalHandlingEnum  # noqa: E402
-from atroposlib.envs.config_defaults import LocalServerDefaults  # noqa: E402
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows  # noqa: E402
+from atroposlib.envs.declared_defaults import DeclaredDefaults  # noqa: E402
 from atroposlib.envs.self_judging import too_long  # noqa: E402
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig  # noqa: E402
 from atroposlib.utils.replies import answer_section  # noqa: E402
@@ -139,12 +139,17 @@ class PhilosophicalRLAIFConfig(PolicyJudgeSettings, SingleTurnEnvConfig):
     seed: int = Field(0, description="seed of the training order and of the preference-prompt draws")
 
 
-class PhilosophicalRLAIFEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedEvaluation, SingleTurnEnv):
+class PhilosophicalRLAIFEnv(PolicyJudgeMixin, DeclaredDefaults, JudgedEvaluation, SingleTurnEnv):
     """Pairwise judged philosophical depth as rewards (see the module docstring)."""
 
     name = "philosophical_rlaif"
     env_config_cls = PhilosophicalRLAIFConfig
     config: PhilosophicalRLAIFConfig
+    default_env_values = dict(
+        group_size=2, total_steps=20, batch_size=4, steps_per_eval=10, max_token_length=4096,
+        eval_handling=EvalHandlingEnum.LIMIT_TRAIN, eval_limit_ratio=0.1, eval_temperature=0.7, eval_limit=10,
+        judge_max_tokens=1024, max_tokens=768, temperature=0.7, ensure_scores_are_not_same=False,
+    )  # fmt: skip
     #: an evaluation reply counts as correct when it beats the reference in both orders
     correct_threshold: float = 1.0
 
@@ -155,25 +160,6 @@ class PhilosophicalRLAIFEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedEvaluat
         self.rng = random.Random(config.seed)
         self.tally = JudgeTally()
         self.skipped_long = 0
-
-    @classmethod
-    def default_env_config(cls) -> PhilosophicalRLAIFConfig:
-        return PhilosophicalRLAIFConfig(
-            tokenizer_name=cls.default_model,
-            group_size=2,
-            total_steps=20,
-            batch_size=4,
-            steps_per_eval=10,
-            max_token_length=4096,
-            eval_handling=EvalHandlingEnum.LIMIT_TRAIN,
-            eval_limit_ratio=0.1,
-            judge_max_tokens=1024,
-            max_tokens=768,
-            temperature=0.7,
-            eval_temperature=0.7,
-            eval_limit=10,
-            ensure_scores_are_not_same=False,
-        )
 
     # -- data -------------------------------------------------------------------------------------------
     def _chats(self, path: Optional[str]) -> list[ChatItem]:

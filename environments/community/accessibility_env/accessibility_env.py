@@ -26,8 +26,8 @@ from typing import Any, Optional
 from bs4 import BeautifulSoup
 from pydantic import Field
 
-from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, check_rows, read_local_rows
+from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
@@ -107,16 +107,13 @@ class AccessibilityEnvConfig(SingleTurnEnvConfig):
     split_seed: int = Field(42, description="seed of the split")
 
 
-class AccessibilityEnv(LocalServerDefaults, SingleTurnEnv):
+class AccessibilityEnv(DeclaredDefaults, SingleTurnEnv):
     """Rewards HTML fixes that pass the targeted WCAG rules."""
 
     name = "accessibility_env"
     env_config_cls = AccessibilityEnvConfig
     config: AccessibilityEnvConfig
-
-    @classmethod
-    def default_env_config(cls) -> AccessibilityEnvConfig:
-        return AccessibilityEnvConfig(tokenizer_name=cls.default_model, group_size=4, max_token_length=2048)
+    default_env_values = dict(group_size=4, max_token_length=2048)
 
     async def setup(self) -> None:
         cfg = self.config

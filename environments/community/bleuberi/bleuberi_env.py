@@ -35,8 +35,8 @@ from typing import Any, ClassVar, Optional
 import sacrebleu
 from pydantic import Field, field_validator
 
-from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, load_rows
+from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
@@ -149,27 +149,19 @@ class BLEUBERIEnvConfig(SingleTurnEnvConfig):
         return value
 
 
-class BLEUBERIEnv(LocalServerDefaults, SingleTurnEnv):
+class BLEUBERIEnv(DeclaredDefaults, SingleTurnEnv):
     """Instruction following rewarded by BLEU (see the module docstring)."""
 
     name = "bleuberi"
     env_config_cls = BLEUBERIEnvConfig
     config: BLEUBERIEnvConfig
     default_model = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
+    default_env_values = dict(
+        group_size=2, total_steps=1000, steps_per_eval=100, max_token_length=2048,
+        max_num_workers=4, max_eval_workers=2,
+    )  # fmt: skip
     #: a reply counts as correct at this BLEU (over 100) or above
     correct_threshold = 0.5
-
-    @classmethod
-    def default_env_config(cls) -> BLEUBERIEnvConfig:
-        return BLEUBERIEnvConfig(
-            tokenizer_name=cls.default_model,
-            group_size=2,
-            total_steps=1000,
-            steps_per_eval=100,
-            max_token_length=2048,
-            max_num_workers=4,
-            max_eval_workers=2,
-        )
 
     # -- data -------------------------------------------------------------------------------------------
     def _items(self, path: Optional[str]) -> list[BleuItem]:

@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 
 try:
@@ -98,23 +98,15 @@ class SigmaEnvConfig(SingleTurnEnvConfig):
     )
 
 
-class SigmaRuleBase(LocalServerDefaults, SingleTurnEnv):
+class SigmaRuleBase(DeclaredDefaults, SingleTurnEnv):
     """Data and prompt of the Sigma-rule environments; subclasses score the rules."""
 
     env_config_cls = SigmaEnvConfig
     config: SigmaEnvConfig
     default_model = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
-
-    @classmethod
-    def default_env_config(cls) -> SigmaEnvConfig:
-        return cls.env_config_cls(
-            tokenizer_name=cls.default_model,
-            group_size=8,
-            total_steps=1000,
-            batch_size=12,
-            steps_per_eval=100,
-            max_token_length=2048,
-        )
+    default_env_values = dict(
+        group_size=8, total_steps=1000, batch_size=12, steps_per_eval=100, max_token_length=2048
+    )
 
     def _tasks(self, path: Optional[str], split: str) -> list[SigmaTask]:
         name = f"{DATASET} ({split})"

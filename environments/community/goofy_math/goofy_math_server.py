@@ -41,8 +41,8 @@ from pydantic import Field
 # the path yet.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from atroposlib.envs.config_defaults import LocalServerDefaults  # noqa: E402
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows  # noqa: E402
+from atroposlib.envs.declared_defaults import DeclaredDefaults  # noqa: E402
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig  # noqa: E402
 from atroposlib.evals.math import MathScorer, MathVerdict, gsm8k_gold  # noqa: E402
 from atroposlib.utils.replies import answer_section  # noqa: E402
@@ -144,30 +144,22 @@ class GoofyMathConfig(PolicyJudgeSettings, SingleTurnEnvConfig):
     seed: int = Field(42, description="seed of the data shuffle and of the goofy-prompt draws")
 
 
-class GoofyMathEnv(PolicyJudgeMixin, TrainShares, LocalServerDefaults, SingleTurnEnv):
+class GoofyMathEnv(PolicyJudgeMixin, TrainShares, DeclaredDefaults, SingleTurnEnv):
     """Correct GSM8K answers, ranked by a judge for goofiness (see the module docstring)."""
 
     name = "goofy_math"
     env_config_cls = GoofyMathConfig
     config: GoofyMathConfig
     default_model = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
+    default_env_values = dict(
+        group_size=4, total_steps=10, batch_size=8, steps_per_eval=50, max_token_length=2048
+    )
 
     def __init__(self, config: GoofyMathConfig, server_configs, slurm=False, testing=False, **kwargs: Any):
         super().__init__(config, server_configs, slurm, testing, **kwargs)
         self.scorer = MathScorer()
         self.rng = random.Random(config.seed)
         self.tally = JudgeTally()
-
-    @classmethod
-    def default_env_config(cls) -> GoofyMathConfig:
-        return GoofyMathConfig(
-            tokenizer_name=cls.default_model,
-            group_size=4,
-            total_steps=10,
-            batch_size=8,
-            steps_per_eval=50,
-            max_token_length=2048,
-        )
 
     # -- data -------------------------------------------------------------------------------------------
     def _items(self, path: Optional[str], split: str) -> list[GoofyItem]:

@@ -41,8 +41,8 @@ from pydantic import Field
 # Run as a script, the repository root is not on the path yet.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from atroposlib.envs.config_defaults import LocalServerDefaults  # noqa: E402
 from atroposlib.envs.data_loading import DatasetError, check_rows, read_local_rows  # noqa: E402
+from atroposlib.envs.declared_defaults import DeclaredDefaults  # noqa: E402
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig  # noqa: E402
 from atroposlib.evals.judge import Judgement  # noqa: E402
 from atroposlib.utils.replies import answer_section  # noqa: E402
@@ -145,23 +145,15 @@ class HumorEnvConfig(PolicyJudgeSettings, SingleTurnEnvConfig):
     )
 
 
-class HumorEnv(PolicyJudgeMixin, LocalServerDefaults, JudgedGrades, SingleTurnEnv):
+class HumorEnv(PolicyJudgeMixin, DeclaredDefaults, JudgedGrades, SingleTurnEnv):
     """Jokes scored by a judge on the rubric (see the module docstring)."""
 
     name = "humor"
     env_config_cls = HumorEnvConfig
     config: HumorEnvConfig
-
-    @classmethod
-    def default_env_config(cls) -> HumorEnvConfig:
-        return HumorEnvConfig(
-            tokenizer_name=cls.default_model,
-            group_size=2,
-            total_steps=1000,
-            batch_size=1024,
-            steps_per_eval=100,
-            max_token_length=2048,
-        )
+    default_env_values = dict(
+        group_size=2, total_steps=1000, batch_size=1024, steps_per_eval=100, max_token_length=2048
+    )
 
     @property
     def correct_threshold(self) -> float:  # type: ignore[override]

@@ -26,8 +26,8 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, check_rows, read_local_rows
+from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
@@ -110,25 +110,17 @@ class MetricCardEnvConfig(SingleTurnEnvConfig):
     )
 
 
-class MetricCardEnv(TrainShares, LocalServerDefaults, ReplyFields, SingleTurnEnv):
+class MetricCardEnv(TrainShares, DeclaredDefaults, ReplyFields, SingleTurnEnv):
     """Rewards metric-card JSON by schema, formatting and content (see the module docstring)."""
 
     name = "metric_card_generator"
     env_config_cls = MetricCardEnvConfig
     config: MetricCardEnvConfig
     default_model = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
-
-    @classmethod
-    def default_env_config(cls) -> MetricCardEnvConfig:
-        return MetricCardEnvConfig(
-            tokenizer_name=cls.default_model,
-            group_size=8,
-            total_steps=1000,
-            batch_size=12,
-            steps_per_eval=100,
-            max_token_length=1024,
-            ensure_scores_are_not_same=False,
-        )
+    default_env_values = dict(
+        group_size=8, total_steps=1000, batch_size=12, steps_per_eval=100, max_token_length=1024,
+        ensure_scores_are_not_same=False,
+    )  # fmt: skip
 
     @property
     def correct_threshold(self) -> float:  # type: ignore[override]

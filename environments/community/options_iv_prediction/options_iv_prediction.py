@@ -31,8 +31,8 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, check_rows, load_rows
+from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
@@ -178,23 +178,14 @@ class OptionsIVConfig(SingleTurnEnvConfig):
     split_seed: int = Field(42, description="seed of the split")
 
 
-class OptionsIVEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
+class OptionsIVEnv(DeclaredDefaults, ReplyFields, SingleTurnEnv):
     """Rewards implied-volatility predictions close to the market's."""
 
     name = "options_iv_prediction"
     env_config_cls = OptionsIVConfig
     config: OptionsIVConfig
+    default_env_values = dict(group_size=16, batch_size=16, steps_per_eval=20, max_token_length=16384)
     correct_threshold = 1.0
-
-    @classmethod
-    def default_env_config(cls) -> OptionsIVConfig:
-        return OptionsIVConfig(
-            tokenizer_name=cls.default_model,
-            group_size=16,
-            batch_size=16,
-            steps_per_eval=20,
-            max_token_length=16384,
-        )
 
     def _items(self, path: Optional[str]) -> list[OptionItem]:
         cfg = self.config

@@ -34,8 +34,8 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows
+from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
@@ -109,13 +109,16 @@ class PokerEnvConfig(SingleTurnEnvConfig):
     shuffle_seed: int = Field(0, description="seed of the training order and the evaluation sample")
 
 
-class PokerEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
+class PokerEnv(DeclaredDefaults, ReplyFields, SingleTurnEnv):
     """Rewards hold'em decisions for matching the winning player's action (see the module docstring)."""
 
     name = "poker_env"
     env_config_cls = PokerEnvConfig
     config: PokerEnvConfig
     default_model = "Qwen/Qwen3-1.7B"
+    default_env_values = dict(
+        group_size=8, total_steps=1000, batch_size=12, steps_per_eval=100, max_token_length=256
+    )
     default_server_port = 9002
 
     def __init__(self, config: PokerEnvConfig, server_configs, slurm=False, testing=False):
@@ -126,17 +129,6 @@ class PokerEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
         )
         self.stage_scores: dict[str, list[float]] = defaultdict(list)
         self.actions: Counter[str] = Counter()
-
-    @classmethod
-    def default_env_config(cls) -> PokerEnvConfig:
-        return PokerEnvConfig(
-            tokenizer_name=cls.default_model,
-            group_size=8,
-            total_steps=1000,
-            batch_size=12,
-            steps_per_eval=100,
-            max_token_length=256,
-        )
 
     # -- data -------------------------------------------------------------------------------------------
     def _items(self, path: Optional[str], split: str) -> list[PokerItem]:

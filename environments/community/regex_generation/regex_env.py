@@ -33,8 +33,8 @@ from typing import Any, Optional
 import regex
 from pydantic import Field
 
-from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, check_rows, read_local_rows
+from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
@@ -150,24 +150,16 @@ class RegexEnvConfig(SingleTurnEnvConfig):
     split_seed: int = Field(42, description="seed of the 80/20 split")
 
 
-class RegexEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
+class RegexEnv(DeclaredDefaults, ReplyFields, SingleTurnEnv):
     """Rewards regular expressions by the share of examples they classify right."""
 
     name = "regex_generation"
     env_config_cls = RegexEnvConfig
     config: RegexEnvConfig
     default_model = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
-
-    @classmethod
-    def default_env_config(cls) -> RegexEnvConfig:
-        return RegexEnvConfig(
-            tokenizer_name=cls.default_model,
-            group_size=8,
-            total_steps=2000,
-            batch_size=12,
-            steps_per_eval=200,
-            max_token_length=2048,
-        )
+    default_env_values = dict(
+        group_size=8, total_steps=2000, batch_size=12, steps_per_eval=200, max_token_length=2048
+    )
 
     @property
     def correct_threshold(self) -> float:  # type: ignore[override]

@@ -24,7 +24,8 @@ from typing import Any, Optional
 
 from pydantic import Field, field_validator
 
-from atroposlib.envs.config_defaults import LocalServerDefaults, local_server_config
+from atroposlib.envs.config_defaults import local_server_config
+from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.server_handling.trl_vllm_server import TrlVllmServer
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
@@ -59,13 +60,16 @@ class SanskritPoetryEnvConfig(SingleTurnEnvConfig):
         return value
 
 
-class SanskritPoetryEnv(LocalServerDefaults, SingleTurnEnv):
+class SanskritPoetryEnv(DeclaredDefaults, SingleTurnEnv):
     """Rewards verses by how exactly they follow the requested metre."""
 
     name = "sanskrit_poetry"
     env_config_cls = SanskritPoetryEnvConfig
     config: SanskritPoetryEnvConfig
     default_model = "Qwen/Qwen3-1.7B"
+    default_env_values = dict(
+        group_size=8, total_steps=1000, batch_size=32, steps_per_eval=50, max_token_length=512
+    )
 
     def __init__(self, config: SanskritPoetryEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
@@ -77,17 +81,6 @@ class SanskritPoetryEnv(LocalServerDefaults, SingleTurnEnv):
                 and (server.config.tokenizer_name or "none").lower() == "none"
             ):
                 server.tokenizer = self.tokenizer
-
-    @classmethod
-    def default_env_config(cls) -> SanskritPoetryEnvConfig:
-        return SanskritPoetryEnvConfig(
-            tokenizer_name=cls.default_model,
-            group_size=8,
-            total_steps=1000,
-            batch_size=32,
-            steps_per_eval=50,
-            max_token_length=512,
-        )
 
     @classmethod
     def default_server_config(cls):

@@ -32,8 +32,8 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import DatasetError, check_rows, read_local_rows
+from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
@@ -114,22 +114,13 @@ class SolitaireEnvConfig(SingleTurnEnvConfig):
     shuffle_seed: int = Field(42, description="seed of the shuffle before the split")
 
 
-class SolitaireEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
+class SolitaireEnv(DeclaredDefaults, ReplyFields, SingleTurnEnv):
     """Rewards probability formulas by their closeness to the exact winning probability."""
 
     name = "solitaire_winning_probability"
     env_config_cls = SolitaireEnvConfig
     config: SolitaireEnvConfig
-
-    @classmethod
-    def default_env_config(cls) -> SolitaireEnvConfig:
-        return SolitaireEnvConfig(
-            tokenizer_name=cls.default_model,
-            group_size=8,
-            batch_size=12,
-            steps_per_eval=100,
-            max_token_length=2048,
-        )
+    default_env_values = dict(group_size=8, batch_size=12, steps_per_eval=100, max_token_length=2048)
 
     async def setup(self) -> None:
         cfg = self.config

@@ -28,8 +28,8 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.config_defaults import LocalServerDefaults
 from atroposlib.envs.data_loading import load_rows
+from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
@@ -120,30 +120,21 @@ class SQLQueryEnvConfig(SingleTurnEnvConfig):
     shuffle_seed: int = Field(0, description="seed of the training order")
 
 
-class SQLQueryEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
+class SQLQueryEnv(DeclaredDefaults, ReplyFields, SingleTurnEnv):
     """Rewards SQLite queries whose result equals the gold query's."""
 
     name = "sql_query"
     env_config_cls = SQLQueryEnvConfig
     config: SQLQueryEnvConfig
     default_model = "NousResearch/DeepHermes-3-Llama-3-3B-Preview"
+    default_env_values = dict(
+        group_size=8, total_steps=1000, batch_size=12, steps_per_eval=100, max_token_length=1024,
+        eval_temperature=0.6, eval_limit=500,
+    )  # fmt: skip
 
     def __init__(self, config: SQLQueryEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
         self.execution_success_buffer: list[float] = []
-
-    @classmethod
-    def default_env_config(cls) -> SQLQueryEnvConfig:
-        return SQLQueryEnvConfig(
-            tokenizer_name=cls.default_model,
-            group_size=8,
-            total_steps=1000,
-            batch_size=12,
-            steps_per_eval=100,
-            max_token_length=1024,
-            eval_temperature=0.6,
-            eval_limit=500,
-        )
 
     # -- data -------------------------------------------------------------------------------------------
     def _items(self, path: Optional[str], split: str) -> list[SQLItem]:

@@ -25,6 +25,7 @@ pass it (or Debian's ``/usr/share/dict/words``) for a fuller game.
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,32 +33,17 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from atroposlib.envs.config_defaults import LocalServerDefaults
+from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
-try:
-    from environments.community.word_hunt.word_hunt_solver import (
-        Board,
-        Dictionary,
-        HuntResult,
-        generate_board,
-        reply_words,
-        score_words,
-        word_points,
-    )
-except ModuleNotFoundError:  # run as a script: this folder is on the path
-    from word_hunt_solver import (
-        Board,
-        Dictionary,
-        HuntResult,
-        generate_board,
-        reply_words,
-        score_words,
-        word_points,
-    )
+# Run as a script (``python environments/community/word_hunt/<this file>``), the repository root is not on
+# the path yet.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from environments.community.word_hunt import word_hunt_solver as solver  # noqa: E402
 
 DEFAULT_DICTIONARY = Path(__file__).resolve().parents[2] / "resources" / "words.txt"
 
@@ -66,7 +52,7 @@ DEFAULT_DICTIONARY = Path(__file__).resolve().parents[2] / "resources" / "words.
 class WordHuntBoard:
     """One game: the board and the seed it was generated from."""
 
-    board: Board
+    board: solver.Board
     seed: str
 
 
@@ -109,7 +95,7 @@ class WordHuntEnvConfig(SingleTurnEnvConfig):
         return self
 
 
-def board_prompt(board: Board, cfg: WordHuntEnvConfig) -> str:
+def board_prompt(board: solver.Board, cfg: WordHuntEnvConfig) -> str:
     """The user turn for ``board`` in the configured style."""
     size, parts = len(board), []
     if cfg.include_instructions:
@@ -126,7 +112,7 @@ def board_prompt(board: Board, cfg: WordHuntEnvConfig) -> str:
     if cfg.include_scoring_info:
         official = cfg.use_official_scoring
         lengths = range(cfg.min_word_length, cfg.min_word_length + 4)
-        points = ", ".join(f"{n} letters: {word_points(n, official)}" for n in lengths)
+        points = ", ".join(f"{n} letters: {solver.word_points(n, official)}" for n in lengths)
         parts += [f"Points: {points}, and more for longer words.", ""]
     if cfg.prompt_style in ("grid_visual", "both"):
         parts += ["Board:", *(" ".join(row) for row in board)]
@@ -136,22 +122,17 @@ def board_prompt(board: Board, cfg: WordHuntEnvConfig) -> str:
     return "\n".join(parts)
 
 
-class WordHuntEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
+class WordHuntEnv(DeclaredDefaults, ReplyFields, SingleTurnEnv):
     """Rewards the share of a board's points a list of words earns."""
 
     name = "word_hunt"
     env_config_cls = WordHuntEnvConfig
     config: WordHuntEnvConfig
+    default_env_values = dict(group_size=16, max_token_length=1024 * 16, steps_per_eval=25)
 
     def __init__(self, config: WordHuntEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        self.dictionary: Optional[Dictionary] = None
-
-    @classmethod
-    def default_env_config(cls) -> WordHuntEnvConfig:
-        return WordHuntEnvConfig(
-            tokenizer_name=cls.default_model, group_size=16, max_token_length=1024 * 16, steps_per_eval=25
-        )
+        self.dictionary: Optional[solver.Dictionary] = None
 
     @property
     def correct_threshold(self) -> float:  # type: ignore[override]
@@ -166,13 +147,13 @@ class WordHuntEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
         cfg = self.config
         rng = random.Random(f"word-hunt:{cfg.seed}:{seed}")
         return WordHuntBoard(
-            generate_board(rng, cfg.board_size, cfg.vowel_weight, cfg.common_letter_bias), seed
+            solver.generate_board(rng, cfg.board_size, cfg.vowel_weight, cfg.common_letter_bias), seed
         )
 
     async def setup(self) -> None:
         cfg = self.config
         path = cfg.dictionary_path or DEFAULT_DICTIONARY
-        self.dictionary = Dictionary.load(path, cfg.min_word_length, cfg.max_word_length)
+        self.dictionary = solver.Dictionary.load(path, cfg.min_word_length, cfg.max_word_length)
         self.test = [self.board(f"eval:{i}") for i in range(cfg.eval_board_count)]
 
     async def get_next_item(self) -> WordHuntBoard:
@@ -187,12 +168,12 @@ class WordHuntEnv(LocalServerDefaults, ReplyFields, SingleTurnEnv):
     def prompt_messages(self, item: WordHuntBoard) -> list[dict[str, str]]:
         return [{"role": "user", "content": board_prompt(item.board, self.config)}]
 
-    def result(self, reply: str, item: WordHuntBoard) -> HuntResult:
+    def result(self, reply: str, item: WordHuntBoard) -> solver.HuntResult:
         """How a reply does on its board (no words when its reasoning is malformed)."""
         section = answer_section(reply)
         cfg = self.config
-        return score_words(
-            reply_words(section or ""),
+        return solver.score_words(
+            solver.reply_words(section or ""),
             item.board,
             self.dictionary,
             official=cfg.use_official_scoring,
