@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from atroposlib.envs.reward_fns import registry
 
@@ -30,18 +30,10 @@ class PokerActionMatchReward(PokerReward):
 
     """
 
-    def __init__(
-        self,
-        exact_match_score: float = 1.0,
-        action_type_score: float = 0.7,
-        related_action_score: float = 0.5,
-        weight: float = 1.0,
-        **kwargs: Any,
-    ):
-        super().__init__(weight=weight, **kwargs)
-        self.exact_match_score = exact_match_score
-        self.action_type_score = action_type_score
-        self.related_action_score = related_action_score
+    score_settings = {"exact_match_score": 1.0, "action_type_score": 0.7, "related_action_score": 0.5}
+    exact_match_score: float
+    action_type_score: float
+    related_action_score: float
 
     def score(self, decision: Optional[actions.PokerAction], winner: actions.PokerAction) -> float:
         """The reward of one decision against the winning action."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from atroposlib.envs.reward_fns import RewardFunction
 
@@ -16,9 +16,28 @@ except ModuleNotFoundError:  # run as a script: the environment's folder is on t
 class PokerReward(RewardFunction):
     """``compute(completions, winner_action=...)``: :meth:`score` of each completion's decision
     (``actions.reply_action``) against the parsed winning action; ``unparsed_score`` for every completion
-    when the winning action is missing or not an action."""
+    when the winning action is missing or not an action.
+
+    The scores a subclass reads are declared in :attr:`score_settings` (name: default) and taken as
+    arguments, by keyword or in the declared order followed by ``weight``; each becomes an attribute.
+    """
 
     unparsed_score: float = 0.0
+    #: the score parameters of this reward, in positional order, with their defaults
+    score_settings: ClassVar[dict[str, float]] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        names = [*self.score_settings, "weight"]
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__} takes at most {len(names)} positional arguments")
+        for name, value in zip(names, args, strict=False):  # fewer arguments than names
+            if name in kwargs:
+                raise TypeError(f"{type(self).__name__} got multiple values for argument {name!r}")
+            kwargs[name] = value
+        scores = {name: kwargs.pop(name, default) for name, default in self.score_settings.items()}
+        super().__init__(weight=kwargs.pop("weight", 1.0), **kwargs)
+        for name, value in scores.items():
+            setattr(self, name, value)
 
     @abstractmethod
     def score(self, decision: Optional[actions.PokerAction], winner: actions.PokerAction) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from atroposlib.envs.reward_fns import registry
 
@@ -23,18 +23,15 @@ class PokerBetSizingReward(PokerReward):
     ``perfect_match_score``, anything else ``min_score``. A reply without one decision scores ``min_score``.
     """
 
-    def __init__(
-        self,
-        perfect_match_score: float = 1.0,
-        min_score: float = 0.0,
-        max_deviation_pct: float = 0.5,
-        weight: float = 1.0,
-        **kwargs: Any,
-    ):
-        super().__init__(weight=weight, **kwargs)
-        self.perfect_match_score = perfect_match_score
-        self.min_score = self.unparsed_score = min_score
-        self.max_deviation_pct = max_deviation_pct
+    score_settings = {"perfect_match_score": 1.0, "min_score": 0.0, "max_deviation_pct": 0.5}
+    perfect_match_score: float
+    min_score: float
+    max_deviation_pct: float
+
+    @property
+    def unparsed_score(self) -> float:  # type: ignore[override]
+        """A completion scores ``min_score`` when the winning action cannot be read."""
+        return self.min_score
 
     def score(self, decision: Optional[actions.PokerAction], winner: actions.PokerAction) -> float:
         if decision is None:
