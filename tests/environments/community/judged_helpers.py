@@ -57,3 +57,35 @@ async def judged_scores(
             await env._close_inference_clients()
         texts = [prompt_text(r["body"].get("messages") or r["body"].get("prompt")) for r in s.requests]
     return scores, env, texts
+
+
+def marker_verdict(marker: str, undecided: str, reasoning: str = "") -> Callable[[str, str], str]:
+    """A pairwise verdict preferring the response holding ``marker``: ``reasoning`` then ``\\boxed{A}``, or
+    ``\\boxed{B}``; ``undecided`` (no readable verdict) when both or neither hold it."""
+
+    def verdict(a: str, b: str) -> str:
+        if (marker in a) == (marker in b):
+            return undecided
+        return f"{reasoning}\\boxed{{A}}" if marker in a else "\\boxed{B}"
+
+    return verdict
+
+
+def pairwise_responder(
+    policy: Callable[[str, int], str] | None, verdict: Callable[[str, str], str] | None
+) -> Callable[[Any, int], str]:
+    """:func:`respond_with` whose judge answers pairwise prompts with ``verdict(a, b)`` (``None`` for either
+    side: that side is never asked)."""
+    return respond_with(policy, pairwise(verdict) if verdict else None)
+
+
+async def pairwise_scores(
+    env_cls: type,
+    tokenizer_dir: Any,
+    replies: list[str],
+    item: Any,
+    verdict: Callable[[str, str], str],
+    **values: Any,
+) -> tuple[list[float], Any, list[str]]:
+    """:func:`judged_scores` with a pairwise judge answering ``verdict(a, b)``."""
+    return await judged_scores(env_cls, tokenizer_dir, replies, item, pairwise(verdict), **values)

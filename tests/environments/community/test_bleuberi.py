@@ -13,6 +13,7 @@ from environments.community.bleuberi.bleuberi_env import (
     item_from_row,
     reply_answer,
 )
+from tests.environments.community.community_runs import evaluate_local, process_local
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
 
@@ -104,17 +105,14 @@ def _responder(prompt, index):
 
 
 def test_process_with_a_local_file(scripted):
-    args = ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE,
-            "--env.total_steps", "2", "--env.max_tokens", "64"]  # fmt: skip
-    check_groups(scripted.process(BLEUBERIEnv, args, _responder), 2, [0.0, 1.0])
+    groups = process_local(
+        scripted, BLEUBERIEnv, SAMPLE, _responder, eval_dataset_path=SAMPLE, total_steps=2, max_tokens=64
+    )
+    check_groups(groups, 2, [0.0, 1.0])
 
 
 def test_evaluate_reports_bleu_by_source(scripted):
-    evaluation = scripted.evaluation(
-        BLEUBERIEnv,
-        ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE, "--env.max_tokens", "64"],
-        _responder,
-    )
+    evaluation = evaluate_local(scripted, BLEUBERIEnv, SAMPLE, _responder, max_tokens=64)
     metrics = evaluation.metrics
     assert metrics["eval/accuracy"] == 1.0 and metrics["eval/avg_bleu"] == 1.0
     assert metrics["eval/avg_bleu/ai2-adapt-dev/flan"] == 1.0 and len(evaluation.samples) == 3

@@ -11,6 +11,7 @@ from environments.community.cybersecurity_sigma.llm_judge_env import parse_equiv
 from environments.community.cybersecurity_sigma.sigma_env import tasks_from_rows
 from environments.community.cybersecurity_sigma.sigma_rules import read_rule, rule_similarity
 from tests.environments.community import judged_helpers
+from tests.environments.community.community_runs import env_flags, process_local
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
 
@@ -121,16 +122,24 @@ def _responder(prompt, index):
 
 
 def test_process_jaccard(scripted):
-    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "2",
-            "--env.total_steps", "3", "--env.max_tokens", "256"]  # fmt: skip
-    check_groups(scripted.process(jaccard_reward_env.SigmaRuleEnv, args, _responder), 3, [0.0, 1.0])
+    groups = process_local(
+        scripted,
+        jaccard_reward_env.SigmaRuleEnv,
+        SAMPLE,
+        _responder,
+        group_size=2,
+        total_steps=3,
+        max_tokens=256,
+    )
+    check_groups(groups, 3, [0.0, 1.0])
 
 
 def test_evaluate_jaccard(scripted):
     evaluation = scripted.evaluation(
-        jaccard_reward_env.SigmaRuleEnv, ["--env.dataset_path", SAMPLE, "--env.max_tokens", "256"],
+        jaccard_reward_env.SigmaRuleEnv,
+        env_flags(dataset_path=SAMPLE, max_tokens=256),
         lambda prompt, index: _rule_for(prompt_text(prompt)),
-    )  # fmt: skip
+    )
     assert evaluation.metrics["eval/mean_score"] == 1.0 and evaluation.metrics["eval/valid_rule"] == 1.0
 
 
@@ -171,7 +180,7 @@ def test_evaluate_judged_leaves_unreadable_out(scripted):
         return judge_by_similarity(text) if "GOLD RULE:" in text else _rule_for(text)
 
     evaluation = scripted.evaluation(
-        llm_judge_env.SigmaRuleEnv, ["--env.dataset_path", SAMPLE, "--env.max_tokens", "256"], respond
+        llm_judge_env.SigmaRuleEnv, env_flags(dataset_path=SAMPLE, max_tokens=256), respond
     )
     metrics = evaluation.metrics
     assert metrics["eval/unscored"] == 1.0 and metrics["eval/judge_failures"] == 1.0

@@ -8,6 +8,7 @@ from bs4 import BeautifulSoup
 
 from environments.community.accessibility_env.accessibility_env import AccessibilityEnv, Snippet, score_fix
 from environments.community.accessibility_env.accessibility_rules import alt_text_ok, labels_ok, link_text_ok
+from tests.environments.community.community_runs import evaluate_local, process_local
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
 
@@ -111,24 +112,19 @@ def _fixer(prompt, index):
 
 
 def test_process_with_local_rows(scripted):
-    args = [
-        "--env.dataset_path",
-        SAMPLE,
-        "--env.group_size",
-        "2",
-        "--env.total_steps",
-        "2",
-        "--env.max_tokens",
-        "256",
-    ]
-    check_groups(scripted.process(AccessibilityEnv, args, _fixer), 2, [-0.5, 1.0])
+    groups = process_local(
+        scripted, AccessibilityEnv, SAMPLE, _fixer, group_size=2, total_steps=2, max_tokens=256
+    )
+    check_groups(groups, 2, [-0.5, 1.0])
 
 
 def test_evaluate_reports_fixed_snippets(scripted):
-    evaluation = scripted.evaluation(
+    evaluation = evaluate_local(
+        scripted,
         AccessibilityEnv,
-        ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE, "--env.max_tokens", "256"],
+        SAMPLE,
         lambda prompt, index: _fixer(prompt, 0) if _snippet_id(prompt) in ("img-1", "form-1") else "no",
+        max_tokens=256,
     )
     # two snippets fixed (1.0), two answered without HTML (-1.0)
     assert evaluation.metrics["eval/percent_correct"] == 0.5 and evaluation.metrics["eval/mean_score"] == 0.0

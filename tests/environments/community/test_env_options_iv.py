@@ -10,6 +10,7 @@ from environments.community.options_iv_prediction.options_iv_prediction import (
     closeness,
     reply_prediction,
 )
+from tests.environments.community.community_runs import always, evaluate_local, process_local
 from tests.helpers.cli_runs import FIXTURES
 from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
 
@@ -106,26 +107,16 @@ def _analyst(prompt, index):
 
 
 def test_process_with_a_saved_chain(scripted):
-    args = [
-        "--env.dataset_path",
-        SAMPLE,
-        "--env.group_size",
-        "2",
-        "--env.total_steps",
-        "2",
-        "--env.max_tokens",
-        "64",
-    ]
-    check_groups(scripted.process(OptionsIVEnv, args, _analyst), 2, [-1.0, 1.0])
+    groups = process_local(
+        scripted, OptionsIVEnv, SAMPLE, _analyst, group_size=2, total_steps=2, max_tokens=64
+    )
+    check_groups(groups, 2, [-1.0, 1.0])
+    assert all("Strike Price: $" in prompt_text(g["messages"][0][:-1]) for g in groups)  # the chain's rows
 
 
 def test_evaluate_reports_closeness(scripted):
-    evaluation = scripted.evaluation(
-        OptionsIVEnv,
-        ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE, "--env.max_tokens", "64"],
-        lambda prompt, index: "The implied volatility will be: 50%",
-    )
-    metrics = evaluation.metrics
+    answer = always("The implied volatility will be: 50%")
+    metrics = evaluate_local(scripted, OptionsIVEnv, SAMPLE, answer, max_tokens=64).metrics
     # 50 % against 258.9 (0.1), 45.2 (4.8 off: 0.85), 52.3 (2.3 off: 0.85), 48.8 (1.2 off: 0.95)
     assert metrics["eval/percent_correct"] == 0.75 and metrics["eval/format_rate"] == 1.0
     assert metrics["eval/mean_closeness"] == pytest.approx((0.1 + 0.85 + 0.85 + 0.95) / 4)

@@ -14,8 +14,9 @@ from environments.community.regex_generation.regex_env import (
     check_pattern,
     reply_pattern,
 )
+from tests.environments.community.community_runs import always, bad_rows_error, evaluate_local, process_local
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
-from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
+from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure
 
 SAMPLE = FIXTURES / "community" / "regex_sample.jsonl"
 DIGITS = RegexProblem("Exactly three digits.", ("123", "000", "907"), ("12", "1234", "12a", ""))
@@ -100,9 +101,7 @@ async def test_split_and_difficulties(tiny_model_dir):
     ],
 )
 async def test_bad_local_rows(tiny_model_dir, tmp_path, row, message):
-    good = read_jsonl(SAMPLE)[0]
-    path = write_jsonl(tmp_path / "rows.jsonl", [good, row])
-    assert path in str(await setup_failure(offline_env(RegexEnv, tiny_model_dir, dataset_path=path), message))
+    await bad_rows_error(RegexEnv, tiny_model_dir, tmp_path, [read_jsonl(SAMPLE)[0], row], message)
 
 
 ANSWERS = {
@@ -125,9 +124,9 @@ def _responder():
 
 
 def test_process_with_a_local_file(scripted):
-    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "2",
-            "--env.max_tokens", "128"]  # fmt: skip
-    groups = scripted.process(RegexEnv, args, _responder())
+    groups = process_local(
+        scripted, RegexEnv, SAMPLE, _responder(), group_size=2, total_steps=2, max_tokens=128
+    )
     assert len(groups) == 2
     for group in groups:
         check_groups([group], 1, sorted(group["scores"]))
@@ -135,11 +134,7 @@ def test_process_with_a_local_file(scripted):
 
 
 def test_evaluate_reports_the_original_metrics(scripted):
-    evaluation = scripted.evaluation(
-        RegexEnv,
-        ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE, "--env.max_tokens", "128"],
-        lambda prompt, index: "<answer>\\d{3}</answer>",
-    )
+    evaluation = evaluate_local(scripted, RegexEnv, SAMPLE, always("<answer>\\d{3}</answer>"), max_tokens=128)
     metrics = evaluation.metrics
     # \d{3} is right on the first problem, rejects every negative and no positive elsewhere (x* problem: 4/7)
     assert metrics["eval/percent_perfect"] == metrics["eval/percent_correct"] == 0.25

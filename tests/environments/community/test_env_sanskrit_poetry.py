@@ -15,6 +15,7 @@ from environments.community.sanskrit_poetry.sanskrit_poetry_env import (
     SanskritPoetryEnv,
     SanskritPoetryEnvConfig,
 )
+from tests.environments.community.community_runs import always, env_flags
 from tests.helpers.single_turn_runs import check_groups, offline_env
 
 GITA = "dharmakṣetre kurukṣetre\nsamavetā yuyutsavaḥ\nmāmakāḥ pāṇḍavāś caiva\nkim akurvata sañjaya"
@@ -93,17 +94,14 @@ def _poet(prompt, index):
 
 def test_process_scores_the_meter(scripted):
     groups = scripted.process(
-        SanskritPoetryEnv,
-        ["--env.group_size", "2", "--env.total_steps", "2", "--env.max_tokens", "128"],
-        _poet,
+        SanskritPoetryEnv, env_flags(group_size=2, total_steps=2, max_tokens=128), _poet
     )
     check_groups(groups, 2, [0.0, 1.0])
 
 
 def test_evaluate_counts_perfect_verses(scripted):
     evaluation = scripted.evaluation(
-        SanskritPoetryEnv, ["--env.meter", "anustubh", "--env.eval_size", "4", "--env.max_tokens", "128"],
-        lambda prompt, index: GITA,
-    )  # fmt: skip
+        SanskritPoetryEnv, env_flags(meter="anustubh", eval_size=4, max_tokens=128), always(GITA)
+    )
     assert evaluation.metrics["eval/percent_correct"] == 1.0 and evaluation.metrics["eval/mean_score"] == 1.0
     assert [s["meter"] for s in evaluation.samples] == ["anustubh"] * 4

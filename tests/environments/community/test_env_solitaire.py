@@ -17,6 +17,7 @@ from environments.community.solitaire_winning_probability.solitaire_server impor
     games_from_rows,
     reply_value,
 )
+from tests.environments.community.community_runs import always, evaluate_local, process_local
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
 
@@ -121,17 +122,15 @@ def _responder():
 
 
 def test_process_with_a_local_csv(scripted):
-    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "2",
-            "--env.max_tokens", "128"]  # fmt: skip
-    groups = scripted.process(SolitaireEnv, args, _responder())
+    groups = process_local(
+        scripted, SolitaireEnv, SAMPLE, _responder(), group_size=2, total_steps=2, max_tokens=128
+    )
     check_groups(groups, 2, [0.2, 1.0])  # twice the probability: relative error 1
 
 
 def test_evaluate_reports_exact_answers(scripted):
-    evaluation = scripted.evaluation(
-        SolitaireEnv,
-        ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE, "--env.max_tokens", "128"],
-        lambda prompt, index: "<formula>1/4</formula>",
+    evaluation = evaluate_local(
+        scripted, SolitaireEnv, SAMPLE, always("<formula>1/4</formula>"), max_tokens=128
     )
     metrics = evaluation.metrics
     # 1/4 is exact for the coins, within 20 % of 3/10 (error 1/6: score 1.0), 1/4 off 1/3 (error 1/4: 0.95),

@@ -13,8 +13,9 @@ from environments.community.sql_query_env.sql_query_env import (
     shorter_is_better,
 )
 from environments.community.sql_query_env.wikisql_loader import items_from_rows
+from tests.environments.community.community_runs import bad_rows_error, evaluate_local, process_local
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
-from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
+from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure
 
 SAMPLE = FIXTURES / "community" / "sql_query_sample.jsonl"
 ROWS = read_jsonl(SAMPLE)
@@ -151,9 +152,7 @@ def test_gold_query_from_hub_and_release_conditions():
     ],
 )
 async def test_bad_local_rows(tiny_model_dir, tmp_path, row, message):
-    path = write_jsonl(tmp_path / "rows.jsonl", [ROWS[0], row])
-    error = await setup_failure(offline_env(SQLQueryEnv, tiny_model_dir, dataset_path=path), message)
-    assert path in str(error)
+    await bad_rows_error(SQLQueryEnv, tiny_model_dir, tmp_path, [ROWS[0], row], message)
 
 
 async def test_local_split_and_release_download_offline(tiny_model_dir, tmp_path, monkeypatch):
@@ -189,20 +188,16 @@ def _responder(wrong_every: int = 2):
 
 
 def test_process_with_a_local_file(scripted):
-    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3",
-            "--env.max_tokens", "256"]  # fmt: skip
-    groups = scripted.process(SQLQueryEnv, args, _responder())
+    groups = process_local(
+        scripted, SQLQueryEnv, SAMPLE, _responder(), group_size=2, total_steps=3, max_tokens=256
+    )
     check_groups(groups, 3, [-1.0, 1.0])
     for group in groups:
         assert group["messages"][0][1]["content"].startswith("CREATE TABLE data (")
 
 
 def test_evaluate_reports_exact_metrics(scripted):
-    evaluation = scripted.evaluation(
-        SQLQueryEnv,
-        ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE, "--env.max_tokens", "256"],
-        _responder(),
-    )
+    evaluation = evaluate_local(scripted, SQLQueryEnv, SAMPLE, _responder(), max_tokens=256)
     metrics, samples = evaluation.metrics, evaluation.samples
     assert metrics["eval/percent_correct"] == 1.0 and metrics["eval/execution_success"] == 1.0
     assert metrics["eval/mean_score"] == 1.0 and len(samples) == len(ROWS)

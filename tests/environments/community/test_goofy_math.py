@@ -15,6 +15,7 @@ from environments.community.goofy_math.goofy_math_server import (
     GoofyMathEnv,
 )
 from tests.environments.community import judged_helpers
+from tests.environments.community.community_runs import bad_rows_error, env_flags, process_local
 from tests.helpers.cli_runs import FIXTURES, read_jsonl, run_env
 from tests.helpers.single_turn_runs import (
     OFFLINE,
@@ -22,7 +23,6 @@ from tests.helpers.single_turn_runs import (
     offline_env,
     prompt_text,
     setup_failure,
-    write_jsonl,
 )
 
 SAMPLE = FIXTURES / "community" / "goofy_math" / "gsm8k_sample.jsonl"
@@ -33,21 +33,20 @@ GOOFY = "BOING! Seventy-two muffins gasp as nine flee the tray! \\boxed{63}"
 PLAIN = "6 * 12 = 72 and 72 - 9 = 63. \\boxed{63}"
 
 
-def goofy_judge(a: str, b: str) -> str:
-    """Prefers the reply that shouts BOING; garbage when neither or both do."""
-    if ("BOING" in a) == ("BOING" in b):
-        return "Both are equally dull, honestly."
-    return "<think>One of them is louder.</think>\\boxed{A}" if "BOING" in a else "\\boxed{B}"
+# prefers the reply that shouts BOING; garbage when neither or both do
+goofy_judge = judged_helpers.marker_verdict(
+    "BOING", "Both are equally dull, honestly.", "<think>One of them is louder.</think>"
+)
 
 
 def respond_with(policy, verdict=goofy_judge):
     """Judge prompts get ``verdict(a, b)``, policy prompts ``policy(text, i)`` (``None``: never asked)."""
-    return judged_helpers.respond_with(policy, judged_helpers.pairwise(verdict) if verdict else None)
+    return judged_helpers.pairwise_responder(policy, verdict)
 
 
 async def _scores(tiny_model_dir, replies, verdict=goofy_judge, item=MUFFINS, **values):
-    return await judged_helpers.judged_scores(
-        GoofyMathEnv, tiny_model_dir, replies, item, judged_helpers.pairwise(verdict), **values
+    return await judged_helpers.pairwise_scores(
+        GoofyMathEnv, tiny_model_dir, replies, item, verdict, **values
     )
 
 
@@ -121,9 +120,7 @@ def test_verdict_reading(judgement, value):
     ],
 )
 async def test_bad_local_rows(tiny_model_dir, tmp_path, row, message):
-    path = write_jsonl(tmp_path / "rows.jsonl", [ROWS[0], row])
-    error = await setup_failure(offline_env(GoofyMathEnv, tiny_model_dir, dataset_path=path), message)
-    assert path in str(error)
+    await bad_rows_error(GoofyMathEnv, tiny_model_dir, tmp_path, [ROWS[0], row], message)
 
 
 async def test_local_rows_and_the_hub_default(tiny_model_dir, hub_offline):
@@ -151,9 +148,9 @@ def _readme_responder(prompt, index):
 
 
 def test_process_judges_with_the_policy_server(scripted):
-    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "4", "--env.total_steps", "2",
-            "--env.max_tokens", "64"]  # fmt: skip
-    groups = scripted.process(GoofyMathEnv, args, respond_with(_policy))
+    groups = process_local(
+        scripted, GoofyMathEnv, SAMPLE, respond_with(_policy), group_size=4, total_steps=2, max_tokens=64
+    )
     check_groups(groups, 2, [-1.0, 1.0, 1.0, 1.5])
 
 
@@ -183,7 +180,7 @@ def test_process_with_a_separate_judge_server(tmp_path, tiny_model_dir):
 
 def test_evaluate_checks_correctness_only(scripted):
     evaluation = scripted.evaluation(
-        GoofyMathEnv, ["--env.dataset_path", SAMPLE, "--env.max_tokens", "64"], respond_with(_policy)
+        GoofyMathEnv, env_flags(dataset_path=SAMPLE, max_tokens=64), respond_with(_policy)
     )
     assert evaluation.metrics["eval/percent_correct"] == 1.0 and len(evaluation.samples) == len(ROWS)
     assert all("[Response A]" not in prompt_text(r["body"].get("prompt", "")) for r in evaluation.requests)

@@ -21,9 +21,10 @@ from environments.community.helpful_doctors.medqa import (
     named_option,
 )
 from environments.community.helpful_doctors.patient import OPENING, Patient
+from tests.environments.community.community_runs import bad_rows_error
 from tests.helpers.cli_runs import FIXTURES, REPO_ROOT, read_jsonl, run_env
 from tests.helpers.multi_turn_runs import turn_of
-from tests.helpers.single_turn_runs import OFFLINE, offline_env, setup_failure, write_jsonl
+from tests.helpers.single_turn_runs import OFFLINE, offline_env, setup_failure
 
 SAMPLE = FIXTURES / "community" / "helpful_doctors" / "medqa_sample.jsonl"
 ROWS = read_jsonl(SAMPLE)
@@ -135,9 +136,7 @@ async def test_the_patient_hears_only_the_visible_reply_and_a_diagnosis_ends_the
     ],
 )  # fmt: skip
 async def test_bad_local_rows(tiny_model_dir, tmp_path, row, message):
-    path = write_jsonl(tmp_path / "rows.jsonl", [ROWS[0], row])
-    error = await setup_failure(offline_env(DoctorEnv, tiny_model_dir, dataset_path=path), message)
-    assert path in str(error)
+    await bad_rows_error(DoctorEnv, tiny_model_dir, tmp_path, [ROWS[0], row], message)
 
 
 async def test_local_data_and_the_hub_default(tiny_model_dir, hub_offline):

@@ -17,6 +17,7 @@ from environments.community.humor_generation.humor_env import (
     unjudgeable,
 )
 from tests.environments.community import judged_helpers
+from tests.environments.community.community_runs import env_flags, process_local
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import check_groups, offline_env, setup_failure, write_jsonl
 
@@ -129,8 +130,7 @@ def _policy(text: str, index: int) -> str:
 
 
 def test_process_end_to_end(scripted):
-    args = ["--env.dataset_path", SAMPLE, "--env.total_steps", "2", "--env.max_tokens", "64"]
-    groups = scripted.process(HumorEnv, args, respond_with(_policy))
+    groups = process_local(scripted, HumorEnv, SAMPLE, respond_with(_policy), total_steps=2, max_tokens=64)
     check_groups(groups, 2, [0.25, 1.0])
     assert all(
         g["messages"][0][0] == {"role": "user", "content": g["messages"][0][0]["content"]} for g in groups
@@ -145,7 +145,7 @@ def test_evaluate_leaves_unreadable_verdicts_out(scripted):
         return FUNNY if "escalators" in text else BLAND
 
     evaluation = scripted.evaluation(
-        HumorEnv, ["--env.dataset_path", SAMPLE, "--env.max_tokens", "64"], respond_with(policy, judge)
+        HumorEnv, env_flags(dataset_path=SAMPLE, max_tokens=64), respond_with(policy, judge)
     )
     metrics = evaluation.metrics
     assert metrics["eval/unscored"] == 2.0 and metrics["eval/mean_score"] == 1.0

@@ -17,6 +17,7 @@ from environments.community.metric_card_generator.metric_cards import (
     score_card,
     value_fits,
 )
+from tests.environments.community.community_runs import evaluate_local, process_local
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
 
@@ -123,16 +124,15 @@ def _responder(prompt, index):
 
 
 def test_process_with_a_local_file(scripted):
-    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "2",
-            "--env.total_steps", "3", "--env.max_tokens", "256"]  # fmt: skip
-    check_groups(scripted.process(MetricCardEnv, args, _responder), 3, [0.0, 1.0])
+    groups = process_local(
+        scripted, MetricCardEnv, SAMPLE, _responder, group_size=2, total_steps=3, max_tokens=256
+    )
+    check_groups(groups, 3, [0.0, 1.0])
 
 
 def test_evaluate_reports_schema_validity(scripted):
-    evaluation = scripted.evaluation(
-        MetricCardEnv,
-        ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE, "--env.max_tokens", "256"],
-        lambda prompt, index: _card_for(prompt_text(prompt)),
+    evaluation = evaluate_local(
+        scripted, MetricCardEnv, SAMPLE, lambda prompt, index: _card_for(prompt_text(prompt)), max_tokens=256
     )
     metrics = evaluation.metrics
     assert metrics["eval/percent_correct"] == 1.0 and metrics["eval/schema_valid"] == 1.0

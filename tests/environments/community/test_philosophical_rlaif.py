@@ -14,6 +14,7 @@ from environments.community.philosophical_rlaif_env import (
 )
 from environments.rlaif_server import row_to_item
 from tests.environments.community import judged_helpers
+from tests.environments.community.community_runs import env_flags, process_local
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
 from tests.helpers.single_turn_runs import check_groups, offline_env, setup_failure, write_jsonl
 
@@ -26,20 +27,19 @@ DEEP = (
 SHALLOW = "Yes, sometimes."
 
 
-def depth_judge(a: str, b: str) -> str:
-    """Prefers the reply that names a paradox; an unreadable verdict when neither or both do."""
-    if ("paradox" in a) == ("paradox" in b):
-        return "Both have merit; I cannot decide."
-    return "<think>Depth.</think>\\boxed{A}" if "paradox" in a else "\\boxed{B}"
+# prefers the reply that names a paradox; an unreadable verdict when neither or both do
+depth_judge = judged_helpers.marker_verdict(
+    "paradox", "Both have merit; I cannot decide.", "<think>Depth.</think>"
+)
 
 
 def respond_with(policy, verdict=depth_judge):
-    return judged_helpers.respond_with(policy, judged_helpers.pairwise(verdict))
+    return judged_helpers.pairwise_responder(policy, verdict)
 
 
 async def _scores(tiny_model_dir, replies, verdict=depth_judge):
-    return await judged_helpers.judged_scores(
-        PhilosophicalRLAIFEnv, tiny_model_dir, replies, PROMISE, judged_helpers.pairwise(verdict)
+    return await judged_helpers.pairwise_scores(
+        PhilosophicalRLAIFEnv, tiny_model_dir, replies, PROMISE, verdict
     )
 
 
@@ -112,8 +112,9 @@ def _readme_responder(prompt, index):
 
 
 def test_process_end_to_end(scripted):
-    args = ["--env.dataset_path", SAMPLE, "--env.total_steps", "2", "--env.max_tokens", "64"]
-    groups = scripted.process(PhilosophicalRLAIFEnv, args, respond_with(_policy))
+    groups = process_local(
+        scripted, PhilosophicalRLAIFEnv, SAMPLE, respond_with(_policy), total_steps=2, max_tokens=64
+    )
     check_groups(groups, 2, [-1.0, 1.0])
 
 
@@ -125,7 +126,7 @@ def test_evaluate_against_the_reference_reply(scripted):
 
     evaluation = scripted.evaluation(
         PhilosophicalRLAIFEnv,
-        ["--env.dataset_path", SAMPLE, "--env.max_tokens", "64"],
+        env_flags(dataset_path=SAMPLE, max_tokens=64),
         respond_with(lambda t, i: DEEP, verdict),
     )
     metrics = evaluation.metrics

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from environments.community.poker_holdem import reward_fns
 from environments.community.poker_holdem.actions import PokerAction, parse_action, reply_action
 from environments.community.poker_holdem.poker_env import PokerEnv, items_from_rows
-from environments.community.poker_holdem.reward_fns import PokerCombinedReward
+from tests.environments.community.community_runs import bad_rows_error, evaluate_local, process_local
 from tests.helpers.cli_runs import FIXTURES, read_jsonl
-from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure, write_jsonl
+from tests.helpers.single_turn_runs import check_groups, offline_env, prompt_text, setup_failure
 
 SAMPLE = FIXTURES / "community" / "poker_holdem" / "poker_sample.jsonl"
 ROWS = read_jsonl(SAMPLE)
 ITEMS = items_from_rows(ROWS, str(SAMPLE))
-REWARD = PokerCombinedReward()
+REWARD = reward_fns.PokerCombinedReward()
 
 
 def _score(reply: str, winner: str) -> float:
@@ -85,6 +86,21 @@ def test_reward(reply, winner, expected):
     assert _score(reply, winner) == pytest.approx(expected)
 
 
+def test_reward_settings_by_keyword_or_position():
+    sizing = reward_fns.PokerBetSizingReward(0.9, 0.1, weight=2.0, name="sizing")
+    assert (sizing.perfect_match_score, sizing.min_score, sizing.max_deviation_pct) == (0.9, 0.1, 0.5)
+    assert sizing.weight == 2.0 and sizing.name == "sizing"
+    assert sizing(["fold"], winner_action="no action") == [0.2]  # min_score, weighted, when unparsed
+    match = reward_fns.PokerActionMatchReward(related_action_score=0.25)
+    assert (match.exact_match_score, match.action_type_score, match.related_action_score) == (1.0, 0.7, 0.25)
+    assert match(["check"], winner_action="call") == [0.25] and match.weight == 1.0
+    assert reward_fns.PokerActionMatchReward(1.0, 0.7, 0.5, 3.0).weight == 3.0
+    with pytest.raises(TypeError, match="multiple values for argument 'min_score'"):
+        reward_fns.PokerBetSizingReward(1.0, 0.0, min_score=0.1)
+    with pytest.raises(TypeError, match="at most 4 positional arguments"):
+        reward_fns.PokerBetSizingReward(1.0, 0.0, 0.5, 1.0, 9.0)
+
+
 def test_winning_actions_parse():
     assert [str(parse_action(i.winner_action)) for i in ITEMS] == [
         "re-raise 9.00", "call", "bet 5.00", "call", "bet 12.00", "fold",
@@ -103,9 +119,7 @@ def test_winning_actions_parse():
     ],
 )  # fmt: skip
 async def test_bad_local_rows(tiny_model_dir, tmp_path, row, message):
-    path = write_jsonl(tmp_path / "rows.jsonl", [ROWS[0], row])
-    error = await setup_failure(offline_env(PokerEnv, tiny_model_dir, dataset_path=path), message)
-    assert path in str(error)
+    await bad_rows_error(PokerEnv, tiny_model_dir, tmp_path, [ROWS[0], row], message)
 
 
 async def test_local_data_hub_default_and_original_settings(tiny_model_dir, hub_offline):
@@ -153,19 +167,14 @@ def _eval_responder(prompt, index):
 
 
 def test_process_with_a_local_file(scripted):
-    args = ["--env.dataset_path", SAMPLE, "--env.group_size", "2", "--env.total_steps", "3"]
-    groups = scripted.process(PokerEnv, args, _responder)
+    groups = process_local(scripted, PokerEnv, SAMPLE, _responder, group_size=2, total_steps=3)
     check_groups(groups, 3, [0.0, 1.0])
     for group in groups:
         assert group["messages"][0][1]["content"].startswith("You are an experienced gambler.")
 
 
 def test_evaluate_reports_exact_metrics(scripted):
-    evaluation = scripted.evaluation(
-        PokerEnv,
-        ["--env.dataset_path", SAMPLE, "--env.eval_dataset_path", SAMPLE, "--env.max_tokens", "64"],
-        _eval_responder,
-    )
+    evaluation = evaluate_local(scripted, PokerEnv, SAMPLE, _eval_responder, max_tokens=64)
     metrics, samples = evaluation.metrics, evaluation.samples
     assert len(samples) == 6 and metrics["eval/percent_correct"] == pytest.approx(4 / 6)
     assert metrics["eval/accuracy_preflop"] == 1.0 and metrics["eval/accuracy_flop"] == 0.5
