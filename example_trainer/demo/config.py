@@ -147,13 +147,11 @@ class DemoConfig(BaseModel):
         """The warm start's supervised settings (:class:`~example_trainer.demo.sft_warmstart.SftSettings`)."""
         from example_trainer.demo.sft_warmstart import SftSettings
 
-        return SftSettings(
-            steps=self.sft_steps,
-            batch_size=self.sft_batch_size,
-            lr=self.sft_lr,
-            warmup_steps=self.sft_warmup_steps,
-            seed=self.seed,
-        )
+        # each warm-start setting is the ``sft_`` option of the same name
+        prefixed = {
+            name: getattr(self, f"sft_{name}") for name in ("steps", "batch_size", "lr", "warmup_steps")
+        }
+        return SftSettings(seed=self.seed, **prefixed)
 
     def resolved_run_dir(self) -> Path:
         if self.run_dir:

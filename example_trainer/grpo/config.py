@@ -13,6 +13,7 @@ compat: two fields also accept an older name, everywhere (flag, YAML key, keywor
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -410,16 +411,15 @@ class TrainingConfig(BaseModel):
         """What the loss computes (:class:`example_trainer.grpo.loss.LossSettings`)."""
         from example_trainer.grpo.loss import LossSettings
 
-        return LossSettings(
-            loss_type=self.loss_type,
-            clip_eps_low=self.clip_eps if self.clip_eps_low is None else self.clip_eps_low,
-            clip_eps_high=self.clip_eps if self.clip_eps_high is None else self.clip_eps_high,
-            kl_coef=self.kl_coef,
-            tis_cap=self.tis_cap,
-            rl_coef=self.rl_coef,
-            distill_coef=self.distill_coef,
-            distill_kind=self.distill_kind,
-        )
+        clips = {
+            "clip_eps_low": self.clip_eps if self.clip_eps_low is None else self.clip_eps_low,
+            "clip_eps_high": self.clip_eps if self.clip_eps_high is None else self.clip_eps_high,
+        }
+        # every other loss setting is the option of the same name
+        same_named = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(LossSettings) if f.name not in clips
+        }
+        return LossSettings(**clips, **same_named)
 
     @property
     def score_shaping(self) -> ScoreShaping:
