@@ -1,0 +1,1 @@
+"""A social-media agent acting on a mocked feed with trending topics (see ``xitter_env.py``)."""
