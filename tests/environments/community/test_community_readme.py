@@ -100,6 +100,8 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_mcp_tool_calling")._responder
     if folder == "ufc_prediction_env":
         return _test_module("test_ufc_prediction_env")._responder
+    if folder == "xitter_env":
+        return _test_module("test_xitter_env")._responder
     if folder == "word_hunt":
         hunt = _test_module("test_env_word_hunt")
         return hunt._responder(hunt.Dictionary.load(hunt.DEFAULT_DICTIONARY, 3, 16))
