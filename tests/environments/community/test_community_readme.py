@@ -98,6 +98,8 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
         return _test_module("test_tutor_rl_agent").tutor(spoil_every=2)
     if folder == "mcp_tool_calling":
         return _test_module("test_mcp_tool_calling")._responder
+    if folder == "examcraft":
+        return _test_module("test_examcraft").teacher(spoil_every=2)
     if folder == "ufc_prediction_env":
         return _test_module("test_ufc_prediction_env")._responder
     if folder == "xitter_env":
