@@ -143,7 +143,7 @@ class FaultRun:
         self.inference_port = free_port()
         #: the trainer writes its server's address here; the environments follow it
         self.servers_file = self.logs / "inference_servers.txt"
-        self.port_holder: socket.socket | None = None  #: the dummy listener on the moved server's old port
+        self.moved_from: int | None = None  #: the port the inference server was moved away from
         self.batch_size, self.group_size = 8, 4
         # env_b is owed half of every batch, so that a stopped env_b would hold the trainer without the
         # API's heartbeat.
@@ -286,13 +286,16 @@ class FaultRun:
         os.killpg(self.trainer.pid, signal.SIGSTOP)
         try:
             os.killpg(pid, signal.SIGKILL)
-            self.port_holder = hold_port(old, timeout=30)
+            holder = hold_port(old, timeout=30)
         finally:
             os.killpg(self.trainer.pid, signal.SIGCONT)
-        self.wait(lambda: self.serving_port() != old, 240, "the inference server on a new port")
-        f.restarted_at = time.time()
-        self.next_step_after(f)
-        f.note = f"port {old} held; restarted on {self.serving_port()}, the envs followed"
+        with holder:  # released once training goes on (a restarted trainer starts its server on --vllm-port)
+            self.wait(lambda: self.serving_port() != old, 240, "the inference server on a new port")
+            f.restarted_at = time.time()
+            self.moved_from = old
+            self.next_step_after(f)
+        started = f.restarted_at - f.injected_at
+        f.note = f"port {old} held; serving on {self.serving_port()} {started:.0f} s after the kill"
 
     def kill_inference(self) -> None:
         pid = self.server_pid()
@@ -374,8 +377,6 @@ class FaultRun:
                 env.stop(timeout=10)
         self.trainer.stop(timeout=20)
         self.api.stop()
-        if self.port_holder is not None:
-            self.port_holder.close()
 
     # --- the checks -------------------------------------------------------------------------------
     def check(self) -> None:
@@ -436,10 +437,17 @@ class FaultRun:
     def _outage_checks(self) -> dict[str, tuple[bool, str]]:
         texts = {name: env.log_path.read_text(errors="replace") for name, env in self.envs.items()}
         waited = [n for n, t in texts.items() if "is not answering" in t]
-        back = [n for n, t in texts.items() if "is answering again" in t]
+
+        def recovered(text: str) -> bool:
+            # The server answered again, or the env followed the servers file to the servers listed now (a
+            # server that moved away never answers again at its old address).
+            after = text[text.index("is not answering") :]
+            return "is answering again" in after or " are now http" in after
+
+        back = [n for n in waited if recovered(texts[n])]
         stop = next((f for f in self.report.faults if f.name == "env_stop"), None)
         kept_training = stop is not None and not stop.note.startswith("0 ")
-        moved = self.port_holder.getsockname()[1] if self.port_holder is not None else None
+        moved = self.moved_from
         followed = [n for n, t in texts.items() if moved and f"(retired: http://127.0.0.1:{moved}/v1)" in t]
         return {
             "envs follow the server to its new port": (

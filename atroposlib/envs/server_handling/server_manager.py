@@ -265,10 +265,13 @@ class ServerManager:
         urls = self._servers_file.poll(force=force)
         if urls is None:
             return False
-        remaining = {s.config.base_url.rstrip("/"): s for s in self.servers}
+        remaining: dict[str, list[APIServer]] = {}
+        for server in self.servers:
+            remaining.setdefault(server.config.base_url.rstrip("/"), []).append(server)
         servers: list[APIServer] = []
         for cfg in self._file_configs(urls):
-            server = remaining.pop(cfg.base_url.rstrip("/"), None)
+            kept = remaining.get(cfg.base_url.rstrip("/"))
+            server = kept.pop(0) if kept else None
             if server is None:
                 server = self._build_server(cfg, self._server_class)
                 server.unavailable_grace = self._unavailable_grace
@@ -277,14 +280,15 @@ class ServerManager:
                     server.eval_sem.update_weight(self._weight)
             servers.append(server)
         self.servers, self._next = servers, 0
-        for gone in remaining.values():
-            gone.retire()
-            self._retired.append(gone)
+        gone = [server for group in remaining.values() for server in group]
+        for server in gone:
+            server.retire()
+        self._retired.extend(gone)
         logger.warning(
             "inference servers in %s are now %s (retired: %s)",
             self._servers_file.path,
             ", ".join(urls),
-            ", ".join(remaining) or "none",
+            ", ".join(s.config.base_url for s in gone) or "none",
         )
         self._watch_servers()
         self._on_capacity_change()

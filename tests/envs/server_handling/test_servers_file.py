@@ -152,3 +152,16 @@ async def test_requests_follow_a_server_restarted_on_another_port(tmp_path, tiny
             assert again.choices[0].message.content == "from B"
             assert sum(r["path"].endswith("/chat/completions") for r in second.requests) == 2
         await manager.close()
+
+
+async def test_servers_still_listed_are_kept_and_the_others_retired(tmp_path):
+    path = tmp_path / "servers.txt"
+    write_servers_file(path, ["http://a:1/v1", "http://b:2/v1", "http://b:2/v1"])
+    manager = ServerManager(APIServerConfig(model_name="m", servers_file=str(path)))
+    first_a, first_b, second_b = manager.servers
+    assert manager.follow_servers_file() is False  # unchanged
+    write_servers_file(path, ["http://b:2/v1", "http://c:3/v1"])
+    assert manager.follow_servers_file(force=True) is True
+    assert manager.servers[0] is first_b and manager.servers[1].config.base_url == "http://c:3/v1"
+    assert first_a.retired and second_b.retired and not first_b.retired
+    await manager.close()
