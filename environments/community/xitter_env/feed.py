@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from atroposlib.envs.data_loading import DatasetError, check_rows
 from environments.community.xitter_env.actions import Action
@@ -24,8 +24,7 @@ _HASHTAG = re.compile(r"#(\w+)")
 _MENTION = re.compile(r"@(\w+)")
 
 
-@dataclass(frozen=True)
-class Post:
+class Post(NamedTuple):
     """A post of the feed."""
 
     id: str

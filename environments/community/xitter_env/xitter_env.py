@@ -74,6 +74,11 @@ class XitterEnvConfig(SingleTurnEnvConfig):
         "action_cost": "declared by the original but never applied to a reward",
         "track_individual_agent_scores": "per-agent scores are in the evaluation samples (agent_id)",
     }
+    dataset_path: Optional[str] = Field(None, description="scenario rows (default: xitter_scenarios.jsonl)")
+    eval_dataset_path: Optional[str] = Field(
+        None, description="evaluation scenarios (default: 20 % held out)"
+    )
+    split_seed: int = Field(42, description="seed of the held-out split")
     like_reward_weight: float = Field(0.1, description="reward per follower liking a post")
     comment_reward_weight: float = Field(0.5, description="reward per follower commenting on a post")
     trending_topic_bonus: float = Field(0.2, description="reward for a post naming a trending topic")
@@ -90,11 +95,6 @@ class XitterEnvConfig(SingleTurnEnvConfig):
     max_post_chars: int = Field(140, ge=1, description="longest post or comment")
     max_hashtags: int = Field(3, ge=0, description="more hashtags than this make a post spam")
     max_topics_per_post: int = Field(2, ge=1, description="naming more topics than this makes a post spam")
-    dataset_path: Optional[str] = Field(None, description="scenario rows (default: xitter_scenarios.jsonl)")
-    eval_dataset_path: Optional[str] = Field(
-        None, description="evaluation scenarios (default: 20 % held out)"
-    )
-    split_seed: int = Field(42, description="seed of the held-out split")
 
 
 class XitterEnv(TrainShares, ReplyFields, DeclaredDefaults, SingleTurnEnv):
