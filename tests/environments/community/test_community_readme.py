@@ -99,7 +99,7 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
     if folder == "mcp_tool_calling":
         return _test_module("test_mcp_tool_calling")._responder
     if folder == "examcraft":
-        return _test_module("test_examcraft").teacher(spoil_every=2)
+        return _test_module("test_examcraft").teacher("statistics", spoil=True)
     if folder == "ufc_prediction_env":
         return _test_module("test_ufc_prediction_env")._responder
     if folder == "xitter_env":

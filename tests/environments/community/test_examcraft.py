@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
-import re
-import threading
 
 import pytest
 
@@ -21,6 +18,7 @@ from environments.community.examcraft.examcraft_server import (
 from environments.community.examcraft.teacher_actions import read_action
 from environments.community.tutor_rl_agent.student import SimulatedStudent
 from tests.helpers.cli_runs import FIXTURES
+from tests.helpers.multi_turn_runs import episode_responder
 from tests.helpers.single_turn_runs import offline_env, setup_failure
 
 PROFILE = FIXTURES / "community" / "examcraft" / "student_profile.json"
@@ -203,37 +201,18 @@ def test_the_original_settings():
 
 # -- process and evaluate -------------------------------------------------------------------------------------
 
-_LEVELS = re.compile(r"Current topic proficiencies:\n(\{.*?\})", re.DOTALL)
-_EPISODE = re.compile(r"<think>episode (\d+)</think>")
 
-
-def teacher(spoil_every: int = 0):
-    """Asks a question on the weakest topic pitched at its level each turn; episode ``k`` (in order of
-    arrival) writes prose instead of JSON when ``spoil_every`` and ``k % spoil_every == 1``."""
-    counter = itertools.count()
-    lock = threading.Lock()
-
-    def respond(prompt, index):
-        text = "\n".join(m["content"] for m in prompt) if isinstance(prompt, list) else str(prompt)
-        found = _EPISODE.search(text)
-        with lock:
-            episode = int(found.group(1)) if found else next(counter)
-        if spoil_every and episode % spoil_every == 1:
-            return f"<think>episode {episode}</think>Let us talk about fractions."
-        levels = json.loads(_LEVELS.findall(text)[-1])
-        topic = min(levels, key=levels.get)
-        level = min(
-            ("easy", 0.3), ("medium", 0.6), ("hard", 0.9), key=lambda pair: abs(pair[1] - levels[topic])
-        )
-        return f"<think>episode {episode}</think>" + json.dumps(question(topic=topic, difficulty=level[0]))
-
-    return respond
+def teacher(topic: str = "fractions", spoil: bool = False):
+    """Every turn an easy question on ``topic`` (a weak topic: it teaches until the student passes 0.8); with
+    ``spoil``, every other episode (in order of arrival) writes prose instead of JSON."""
+    asks = [json.dumps(question(topic=topic, difficulty="easy"))]
+    return episode_responder([asks, ["Let us talk about it."]] if spoil else [asks])
 
 
 def test_process_writes_every_group(scripted):
     args = ["--env.group_size", "2", "--env.total_steps", "2", "--env.max_num_workers", "1",
             "--env.max_questions_per_episode", "3", "--env.profile_path", str(PROFILE)]  # fmt: skip
-    groups = scripted.process(ExamCraftEnv, args, teacher(spoil_every=2))
+    groups = scripted.process(ExamCraftEnv, args, teacher(spoil=True))
     assert len(groups) == 2
     for group in groups:
         taught, spoiled = sorted(group["scores"], reverse=True)
