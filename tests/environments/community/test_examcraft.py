@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from atroposlib.envs.cli import parse_command
 from atroposlib.envs.games import InvalidAction
 from environments.community.examcraft.examcraft_server import (
     ExamCraftConfig,
@@ -179,24 +180,21 @@ async def test_the_profile_and_its_errors(tiny_model_dir, tmp_path):
     )
 
 
-def test_the_original_settings():
-    config, server = ExamCraftEnv.config_init()
-    assert (config.group_size, config.total_steps, config.batch_size, config.steps_per_eval) == (
-        6,
-        150,
-        12,
-        30,
-    )
-    assert (config.max_token_length, config.wandb_name) == (3072, "examcraft-adaptive-teacher")
-    assert (config.max_questions_per_episode, config.student_learning_rate, config.enable_lesson_plans) == (
-        8,
-        0.03,
-        True,
-    )
-    assert config.tokenizer_name == "NousResearch/Hermes-3-Llama-3.1-8B"
-    assert (
-        ExamCraftConfig(difficulty_adaptation_rate=0.2).max_questions_per_episode == 8
-    )  # accepted, no effect
+def test_the_original_settings(tmp_path):
+    config = ExamCraftEnv.config_init()[0]
+    expected = {
+        "group_size": 6, "total_steps": 150, "batch_size": 12, "steps_per_eval": 30, "max_token_length": 3072,
+        "wandb_name": "examcraft-adaptive-teacher", "tokenizer_name": "NousResearch/Hermes-3-Llama-3.1-8B",
+        "profile_path": "example_profile.json", "max_questions_per_episode": 8, "student_learning_rate": 0.03,
+        "enable_lesson_plans": True,
+    }  # fmt: skip
+    assert {key: getattr(config, key) for key in expected} == expected
+    # an original config file: its unused key is accepted and has no effect
+    path = tmp_path / "examcraft.yaml"
+    path.write_text("env:\n  difficulty_adaptation_rate: 0.2\n  max_questions_per_episode: 5\n")
+    run = parse_command(ExamCraftEnv, ["process", "--config", str(path)]).resolve()
+    assert run.env_config.max_questions_per_episode == 5
+    assert "difficulty_adaptation_rate" not in run.env_config.model_dump()
 
 
 # -- process and evaluate -------------------------------------------------------------------------------------
