@@ -274,6 +274,9 @@ class APIServer(ABC):
             self._listeners.notify()
 
     def _what_to_check(self) -> str:
+        listed_in = getattr(self.config, "servers_file", None)
+        if listed_in:
+            return f"Check that it is running, or that {listed_in} (--openai.servers_file) lists where it runs now."
         return "Check that it is running and reachable at this base_url (--openai.base_url)."
 
     def unhealthy_for(self) -> float:

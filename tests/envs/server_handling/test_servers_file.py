@@ -108,11 +108,13 @@ def test_manager_makes_one_server_per_listed_url_with_the_config_settings(tmp_pa
         ServerManager([config, APIServerConfig(model_name="m", base_url="http://c:3/v1")])
 
 
-async def test_retire_ends_the_wait_for_a_server_that_does_not_answer():
+async def test_retire_ends_the_wait_for_a_server_that_does_not_answer(tmp_path):
     url = f"http://127.0.0.1:{free_port()}/v1"
-    server = make_fast(OpenAIServer(APIServerConfig(model_name="m", base_url=url)))
+    listed_in = str(tmp_path / "servers.txt")
+    server = make_fast(OpenAIServer(APIServerConfig(model_name="m", base_url=url, servers_file=listed_in)))
     pending = asyncio.create_task(server.chat_completion(messages=USER))
     await wait_until(lambda: not server.server_healthy)
+    assert f"{listed_in} (--openai.servers_file) lists where it runs now" in server.unavailable_message()
     await asyncio.sleep(0.1)
     assert not pending.done()  # waits for the server (up to its timeout)
     server.retire()
