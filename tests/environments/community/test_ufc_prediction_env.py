@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from atroposlib.envs.cli import parse_command
 from environments.community.ufc_prediction_env import fight_data
 from environments.community.ufc_prediction_env.fight_data import load_fighter_stats, load_fights, stats_card
 from environments.community.ufc_prediction_env.prediction import named_corner, predicted_corner
@@ -119,6 +120,15 @@ async def test_default_data_is_the_originals_downloaded_once(tiny_model_dir, tmp
     monkeypatch.setenv("UFC_DATA_CACHE_DIR", str(tmp_path / "empty"))
     await setup_failure(
         offline_env(UFCEnv, tiny_model_dir), "cannot download the original's large_dataset.csv"
+    )
+
+
+def test_an_original_config_file(tmp_path):
+    path = tmp_path / "ufc.yaml"
+    path.write_text(f"env:\n  fight_data_path: {FIGHTS}\n  max_steps: 1\n  top_p: 0.9\n")
+    config = parse_command(UFCEnv, ["process", "--config", str(path)]).resolve().env_config
+    assert (
+        config.dataset_path == str(FIGHTS) and config.top_p == 0.9 and "max_steps" not in config.model_dump()
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from atroposlib.envs.cli import parse_command
 from environments.community.xitter_env.actions import Action, parse_action
 from environments.community.xitter_env.feed import action_reward, mentions
 from environments.community.xitter_env.xitter_env import XitterEnv, XitterEnvConfig
@@ -105,6 +106,13 @@ async def test_rows_defaults_and_original_keys(env, tiny_model_dir, tmp_path):
     await bad_rows_error(
         XitterEnv, tiny_model_dir, tmp_path, [{"agent_id": "a", "feed": [{"id": "p"}]}], "row 0: field 'feed'"
     )
+
+
+def test_an_original_config_file(tmp_path):
+    path = tmp_path / "xitter.yaml"
+    path.write_text("env:\n  num_agents: 2\n  action_cost: -0.01\n  like_reward_weight: 0.2\n")
+    config = parse_command(XitterEnv, ["process", "--config", str(path)]).resolve().env_config
+    assert config.like_reward_weight == 0.2 and "num_agents" not in config.model_dump()
 
 
 def test_scores_log_valid_and_post_rates(env):
