@@ -83,8 +83,9 @@ def load_student(path: str) -> dict[str, Any]:
         file = Path(__file__).with_name(DEFAULT_PROFILE)
     if not file.exists():
         raise DatasetError(f"{path}: no such student profile")
-    profile = json.loads(file.read_text(encoding="utf-8"))
+    # load_profile checks the file first, so a malformed one stops with its one-line error.
     proficiency = {name.lower(): value for name, value in sim.load_profile(file).items()}
+    profile = json.loads(file.read_text(encoding="utf-8"))
     return {**profile, "proficiency": proficiency}
 
 

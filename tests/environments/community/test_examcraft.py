@@ -171,6 +171,10 @@ async def test_the_profile_and_its_errors(tiny_model_dir, tmp_path):
     default = load_student("example_profile.json")  # the original's default student, shipped with the script
     assert default["proficiency"] == {"algebra": 0.4, "geometry": 0.6, "statistics": 0.3, "calculus": 0.2}
     bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    await setup_failure(
+        offline_env(ExamCraftEnv, tiny_model_dir, profile_path=str(bad)), "bad.json: cannot read"
+    )
     bad.write_text(json.dumps({"topics": [{"name": "fractions", "proficiency": 2}]}))
     await setup_failure(
         offline_env(ExamCraftEnv, tiny_model_dir, profile_path=str(bad)), r"bad.json: topics\[0\]"
