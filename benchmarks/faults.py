@@ -171,11 +171,13 @@ class FaultRun:
         ]  # fmt: skip
 
     def env_command(self, *extra: str) -> list[str]:
+        # total_steps beyond the trainer's: the API's step counts batches formed, and batches the trainer
+        # drops as stale after a fault must be made up for; the run stops the environments at its end.
         return [
             sys.executable, str(ENV_SCRIPT), "serve",
             "--env.tokenizer_name", str(self.model_dir), "--env.rollout_server_url", self.api.url,
             "--env.group_size", str(self.group_size), "--env.batch_size", str(self.batch_size),
-            "--env.total_steps", str(self.steps), "--env.max_token_length", "256", "--env.steps_per_eval", "0",
+            "--env.total_steps", str(4 * self.steps), "--env.max_token_length", "256", "--env.steps_per_eval", "0",
             "--env.use_wandb", "false", "--env.max_batches_offpolicy", "2", "--env.max_num_workers", "4",
             "--env.shutdown_timeout", "5", "--env.seed", str(TASK["seed"]),
             "--env.operations", json.dumps(TASK["operations"]), "--env.min_digits", str(TASK["min_digits"]),

@@ -142,9 +142,10 @@ class TrainingRun:
     """One training run, as explicit state and named phases.
 
     :meth:`run` reads top to bottom: :meth:`setup`, :meth:`start_inference`, then per step
-    :meth:`next_batch`, :meth:`train_step`, :meth:`due_after`, :meth:`checkpoint`, :meth:`acknowledge`,
-    :meth:`refresh_weights`, :meth:`log_step`, :meth:`evaluate`; :meth:`finish` at the end, however the run
-    ends. Rank 0 alone talks to the API, refreshes the servers, writes checkpoints and metrics.
+    :meth:`next_batch`, :meth:`train_step`, :meth:`log_step`, :meth:`due_after`, :meth:`checkpoint`,
+    :meth:`acknowledge`, :meth:`refresh_weights` (its timings through :meth:`log_refresh`), :meth:`evaluate`;
+    :meth:`finish` at the end, however the run ends. A step's record is written before the checkpoint that
+    holds the step, so a crash never leaves a trained, checkpointed step without its record. Rank 0 alone talks to the API, refreshes the servers, writes checkpoints and metrics.
     """
 
     def __init__(
@@ -195,11 +196,11 @@ class TrainingRun:
                 if batch is None:
                     break
                 metrics = self.train_step(batch)
+                self.log_step(batch, metrics)
                 due = self.due_after(self.state.step)
                 saved = self.checkpoint(self.state.step, due.final) if due.checkpoint else None
                 self.acknowledge(due)
-                refresh_metrics = self.refresh_weights(due, saved)
-                self.log_step(batch, metrics, refresh_metrics)
+                self.log_refresh(self.refresh_weights(due, saved))
                 self.evaluate(due, saved)
         finally:
             self.finish()
@@ -365,13 +366,21 @@ class TrainingRun:
             record.update({f"sync/{k}": float(v) for k, v in checks.items()})
         return record
 
-    def log_step(self, batch: StepBatch, metrics: Mapping[str, float], extra: Mapping[str, float]) -> None:
+    def log_refresh(self, record: Mapping[str, float]) -> None:
+        """The refresh's timings and sync checks, added to the current step's record (``metrics.jsonl``
+        readers merge the records of one step)."""
+        if not record:
+            return
+        self.run_log.log(self.state.step, dict(record))
+        if self.main and self.result.history:
+            self.result.history[-1].update(record)
+
+    def log_step(self, batch: StepBatch, metrics: Mapping[str, float]) -> None:
         """The step's metrics to ``metrics.jsonl``/wandb, the result's history and the progress bar."""
         record: dict[str, Any] = {f"train/{k}": v for k, v in metrics.items()}
         record.update({"train/stale_groups": float(batch.stale_groups), "train/batch_id": batch.batch_id})
         if self.main:
             record.update(staleness_record(self.state.staleness, self._dropped()))
-        record.update(extra)
         step = self.state.step
         self.run_log.log(step, record)
         if self.main:

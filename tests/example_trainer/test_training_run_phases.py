@@ -11,8 +11,8 @@ from example_trainer.grpo.loop import TrainingRun, train
 from tests.helpers.trainer import post_groups
 
 PHASES = (
-    "setup", "start_inference", "next_batch", "train_step", "due_after", "checkpoint", "acknowledge",
-    "refresh_weights", "log_step", "evaluate", "finish",
+    "setup", "start_inference", "next_batch", "train_step", "log_step", "due_after", "checkpoint", "acknowledge",
+    "refresh_weights", "log_refresh", "evaluate", "finish",
 )  # fmt: skip
 
 
@@ -72,8 +72,8 @@ def test_phases_run_in_order_and_weights_are_refreshed_at_the_interval(
     per_step = names[2:-1]
     for step in range(1, 6):
         due = step % 2 == 0 or step == 5
-        expected = ["next_batch", "train_step", "due_after", *(["checkpoint"] if due else [])]
-        expected += ["acknowledge", "refresh_weights", "log_step", "evaluate"]
+        expected = ["next_batch", "train_step", "log_step", "due_after", *(["checkpoint"] if due else [])]
+        expected += ["acknowledge", "refresh_weights", "log_refresh", "evaluate"]
         assert per_step[: len(expected)] == expected, (step, per_step)
         # the step counter advances in train_step, between fetching the batch and the later phases
         assert [s for n, s in calls if n == "next_batch"][step - 1] == step - 1
