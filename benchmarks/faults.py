@@ -148,7 +148,13 @@ class FaultRun:
         # env_b is owed half of every batch, so that a stopped env_b would hold the trainer without the
         # API's heartbeat.
         self.envs = {
-            name: ServiceProcess(name, self.env_command(*extra), self.logs / f"{name}.log", CHILD_ENV, REPO_ROOT)
+            name: ServiceProcess(
+                name,
+                self.env_command("--env.unsent_groups_path", str(self.logs / f"{name}_unsent.jsonl"), *extra),
+                self.logs / f"{name}.log",
+                CHILD_ENV,
+                REPO_ROOT,
+            )
             for name, extra in (("env_a", ()), ("env_b", ("--env.min_batch_allocation", "0.5")))
         }  # fmt: skip
         self.trainer = self._new_trainer()
