@@ -160,7 +160,9 @@ class TaxiEnv(GameEnv):
         self.gym_env_id = config.env_id or taxi_env_id()
         if self.gym_env_id not in gym.envs.registry:
             taxis = sorted(k for k in gym.envs.registry if k.startswith("Taxi"))
-            raise ValueError(f"env_id {self.gym_env_id!r} is not registered; Taxi ids here: {', '.join(taxis)}")
+            raise ValueError(
+                f"env_id {self.gym_env_id!r} is not registered; Taxi ids here: {', '.join(taxis)}"
+            )
 
     async def make_session(self, seed: int) -> TaxiSession:
         return TaxiSession(self.config, self.gym_env_id, seed)

@@ -85,9 +85,7 @@ class RubiksCubeEnvConfig(GameEnvConfig):
     cube_size: int = Field(3, ge=3, le=3, description="cube size (3x3 only)")
     reward_per_correctly_placed_cubie: float = Field(0.05, description="reward per cubie a move solves")
     reward_per_step_reduction: float = Field(0.01, description="cost of each move")
-    use_curriculum: bool = Field(
-        True, description="draw scramble depths from the curriculum's current level"
-    )
+    use_curriculum: bool = Field(True, description="draw scramble depths from the curriculum's current level")
     curriculum_starting_level: int = Field(1, ge=1, le=5, description="curriculum level to start at")
     curriculum_max_level: int = Field(5, ge=1, le=5, description="highest curriculum level")
     curriculum_auto_progress: bool = Field(
