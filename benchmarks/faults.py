@@ -17,9 +17,7 @@ model gets a short supervised warm start first (cached), on the task both enviro
 ``trainer_kill``       ``kill -9`` of the trainer's process group right after an uncheckpointed step,
                        then the same command again (``--resume latest``)
 ``api_kill``           ``kill -9`` of ``run-api``, then it is started again on the same port and store
-``env_stop``           ``SIGSTOP`` of the second environment (owed half of every batch:
-                       ``min_batch_allocation`` 0.5) for ``--stop-seconds``, then ``SIGCONT``; ``run-api``
-                       stops waiting for it after ``--env-heartbeat-seconds`` (a quarter of the stop)
+``env_stop``           ``SIGSTOP`` of the second environment for ``--stop-seconds``, then ``SIGCONT``
 =====================  ==========================================================================
 
 and then checks, printed as a table: the run reaches its step count; every batch (and every group, by the
@@ -126,8 +124,11 @@ class FaultReport:
 class FaultRun:
     """The loop's processes under ``workdir`` and the faults injected into them."""
 
-    def __init__(self, workdir: Path, steps: int, stop_seconds: float, model_dir: Path) -> None:
+    def __init__(
+        self, workdir: Path, steps: int, stop_seconds: float, model_dir: Path, move_inference: bool = True
+    ) -> None:
         self.workdir = workdir
+        self.include_move = move_inference
         self.logs = workdir / "logs"
         self.ckpt = workdir / "checkpoints"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -145,8 +146,6 @@ class FaultRun:
         self.servers_file = self.logs / "inference_servers.txt"
         self.moved_from: int | None = None  #: the port the inference server was moved away from
         self.batch_size, self.group_size = 8, 4
-        # env_b is owed half of every batch, so that a stopped env_b would hold the trainer without the
-        # API's heartbeat.
         self.envs = {
             name: ServiceProcess(
                 name,
@@ -155,7 +154,7 @@ class FaultRun:
                 CHILD_ENV,
                 REPO_ROOT,
             )
-            for name, extra in (("env_a", ()), ("env_b", ("--env.min_batch_allocation", "0.5")))
+            for name, extra in (("env_a", ()), ("env_b", ()))
         }  # fmt: skip
         self.trainer = self._new_trainer()
         self.report = FaultReport(steps=steps)
@@ -177,13 +176,11 @@ class FaultRun:
         ]  # fmt: skip
 
     def env_command(self, *extra: str) -> list[str]:
-        # total_steps beyond the trainer's: the API's step counts batches formed, and batches the trainer
-        # drops as stale after a fault must be made up for; the run stops the environments at its end.
         return [
             sys.executable, str(ENV_SCRIPT), "serve",
             "--env.tokenizer_name", str(self.model_dir), "--env.rollout_server_url", self.api.url,
             "--env.group_size", str(self.group_size), "--env.batch_size", str(self.batch_size),
-            "--env.total_steps", str(4 * self.steps), "--env.max_token_length", "256", "--env.steps_per_eval", "0",
+            "--env.total_steps", str(self.steps), "--env.max_token_length", "256", "--env.steps_per_eval", "0",
             "--env.use_wandb", "false", "--env.max_batches_offpolicy", "2", "--env.max_num_workers", "4",
             "--env.shutdown_timeout", "5", "--env.seed", str(TASK["seed"]),
             "--env.operations", json.dumps(TASK["operations"]), "--env.min_digits", str(TASK["min_digits"]),
@@ -354,7 +351,7 @@ class FaultRun:
         f.restarted_at = time.time()
         f.note = (
             f"{self.trained() - before} step(s) trained while it was stopped ({self.stop_seconds:.0f} s; "
-            f"it is owed half of every batch, the API's heartbeat is {self.heartbeat_seconds:.0f} s)"
+            f"the API's heartbeat is {self.heartbeat_seconds:.0f} s)"
         )
         self.next_step_after(f)
 
@@ -362,6 +359,8 @@ class FaultRun:
     def run(self) -> FaultReport:
         schedule = [(1, self.kill_env), (2, self.move_inference), (3, self.kill_inference),
                     (4, self.kill_trainer), (7, self.kill_api), (8, self.stop_env)]  # fmt: skip
+        if not self.include_move:
+            schedule = [(at, action) for at, action in schedule if action != self.move_inference]
         self.api.start(timeout=180)
         self.trainer.start()
         self.wait(self.servers_file.is_file, 300, "the trainer's servers file")
@@ -457,11 +456,13 @@ class FaultRun:
         kept_training = stop is not None and not stop.note.startswith("0 ")
         moved = self.moved_from
         followed = [n for n, t in texts.items() if moved and f"(retired: http://127.0.0.1:{moved}/v1)" in t]
-        return {
-            "envs follow the server to its new port": (
+        checks = {}
+        if self.include_move:
+            checks["envs follow the server to its new port"] = (
                 moved is not None and sorted(followed) == sorted(texts),
                 f"port {moved} given up; followed by {followed or 'none'}",
-            ),
+            )
+        return checks | {
             "envs wait for the inference server": (
                 bool(waited) and set(waited) <= set(back),
                 f"outage logged by {waited or 'none'}, recovery by {back or 'none'}",
@@ -505,10 +506,13 @@ def heldout_accuracy(model_dir: Path) -> float:
     return evaluate_model_dir(model_dir, ArithmeticTask(**TASK), max_new_tokens=6).accuracy
 
 
-def run_faults(workdir: Path, steps: int = 12, stop_seconds: float = 20.0) -> FaultReport:
-    """Run the fault schedule on a fresh loop under ``workdir``; every process is stopped at the end."""
+def run_faults(
+    workdir: Path, steps: int = 12, stop_seconds: float = 20.0, move_inference: bool = True
+) -> FaultReport:
+    """Run the fault schedule on a fresh loop under ``workdir`` (``inference_move`` only with
+    ``move_inference``); every process is stopped at the end."""
     model = warm_model()
-    run = FaultRun(Path(workdir), steps, stop_seconds, model)
+    run = FaultRun(Path(workdir), steps, stop_seconds, model, move_inference)
     try:
         report = run.run()
     finally:
@@ -530,12 +534,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--stop-seconds", type=float, default=20.0)
     parser.add_argument("--workdir", default=None)
+    parser.add_argument(
+        "--no-move", action="store_true", help="leave out inference_move (the server restarted on a new port)"
+    )
     args = parser.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="atropos-faults-"))
     print(f"run directory: {workdir}", flush=True)
     started = time.monotonic()
     try:
-        report = run_faults(workdir, args.steps, args.stop_seconds)
+        report = run_faults(workdir, args.steps, args.stop_seconds, move_inference=not args.no_move)
     except FaultRunFailed as exc:
         print(f"fault run failed: {exc}", file=sys.stderr)
         return 1
