@@ -1,12 +1,15 @@
 """Reading the predicted winner from a commentary reply.
 
 A reply may open with ``<think>...</think>``; nothing inside it counts. The rest is the commentary, ending
-with the prediction in ``\\boxed{fighter name}``. A box names a fighter when it is the fighter's full name or,
-when the two fighters' last names differ, the last name alone, ignoring case, accents, punctuation and
-spacing (``\\boxed{jose alvarez.}`` names José Álvarez). The reply predicts a corner when:
+with the prediction in a box: ``\\boxed{fighter name}`` when the prompt names the fighters
+(:func:`predicted_corner`), ``\\boxed{Red}`` or ``\\boxed{Blue}`` when it only shows them
+(:func:`predicted_colour`). A box names a fighter when it is the fighter's full name or, when the two
+fighters' last names differ, the last name alone, ignoring case, accents, punctuation and spacing
+(``\\boxed{jose alvarez.}`` names José Álvarez); it names a colour when it is ``red`` or ``blue`` (optionally
+followed by ``corner``), ignoring case and punctuation. The reply predicts a corner when:
 
-* every box names the same fighter (a box naming both, neither, a corner colour or the prompt's
-  ``fighter name`` placeholder is no prediction, and boxes naming different fighters are a hedge);
+* every box names the same corner (a box naming both, neither, the other kind of answer or the prompt's
+  ``fighter name`` placeholder is no prediction, and boxes naming different corners are a hedge);
 * nothing but punctuation, emoji and spacing follows the last box (the prediction ends the reply);
 * at least ``min_words`` words of commentary come before the first box.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import Optional
 
 from atroposlib.utils.replies import answer_section, boxed_answers
@@ -45,15 +49,32 @@ def named_corner(box: str, red: str, blue: str) -> Optional[str]:
     return None
 
 
+def named_colour(box: str) -> Optional[str]:
+    """``"Red"`` or ``"Blue"`` when ``box`` names that corner's colour (``red``, ``Blue corner``), else None."""
+    said = normalized_name(box).removesuffix(" corner")
+    return said.capitalize() if said in ("red", "blue") else None
+
+
 def predicted_corner(reply: str, red: str, blue: str, min_words: int) -> Optional[str]:
-    """The corner the reply predicts to win (see the module docstring), or None."""
+    """The corner the reply predicts to win by naming its fighter (see the module docstring), or None."""
+    return _predicted(reply, lambda box: named_corner(box, red, blue), min_words)
+
+
+def predicted_colour(reply: str, min_words: int) -> Optional[str]:
+    """The corner the reply predicts to win by naming its colour (see the module docstring), or None."""
+    return _predicted(reply, named_colour, min_words)
+
+
+def _predicted(reply: str, corner_of: Callable[[str], Optional[str]], min_words: int) -> Optional[str]:
+    """The one corner every box of the reply's answer section names (``corner_of`` reads a box), when the
+    last box ends the reply and ``min_words`` words come before the first; else None."""
     section = answer_section(reply)
     if section is None:
         return None
     boxes = boxed_answers(section)
     if not boxes:
         return None
-    corners = {named_corner(box, red, blue) for box in boxes}
+    corners = {corner_of(box) for box in boxes}
     if len(corners) != 1 or None in corners:
         return None
     starts = list(_BOX.finditer(section))

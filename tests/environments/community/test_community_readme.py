@@ -49,6 +49,10 @@ def _row_names() -> list[str]:
     return [line.split("`")[1].rstrip("/").split("/")[0] for line in rows]
 
 
+def _command_folders() -> list[str]:
+    return [shlex.split(c)[1].split("/")[2] for c in readme_commands()]
+
+
 def _test_module(name: str) -> Any:
     path = Path(__file__).with_name(f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"community_readme_{name}", path)
@@ -57,7 +61,10 @@ def _test_module(name: str) -> Any:
     return module
 
 
-def _responder(folder: str) -> Callable[[Any, int], str]:
+def _responder(script: str) -> Callable[[Any, int], str]:
+    folder = script.split("/")[2]
+    if script.endswith("ufc_prediction_env/ufc_image_env.py"):  # the second file of its folder
+        return _test_module("test_ufc_image_env")._responder
     if folder == "sql_query_env":
         return _test_module("test_env_sql_query")._responder()
     if folder == "regex_generation":
@@ -114,12 +121,14 @@ def _responder(folder: str) -> Callable[[Any, int], str]:
 
 def test_every_original_environment_has_one_row():
     names = _row_names()
-    assert sorted(names) == sorted(ORIGINAL) and len(names) == 41
+    assert sorted(set(names)) == sorted(ORIGINAL) and len(set(names)) == 41
+    # a folder has one row per environment file it ships (ufc_prediction_env: the text and image variants)
+    assert len(names) - len(set(names)) == len(readme_commands()) - len(set(_command_folders()))
     shipped = {p.name for p in COMMUNITY.iterdir() if p.is_dir() and not p.name.startswith("_")} - {
         "__pycache__"
     }
     shipped |= {p.name for p in COMMUNITY.glob("*.py") if p.name != "__init__.py"}  # single-file originals
-    commands = {shlex.split(c)[1].split("/")[2] for c in readme_commands()}
+    commands = set(_command_folders())
     assert shipped == commands and all(shlex.split(c)[2] == "process" for c in readme_commands())
 
 
@@ -128,7 +137,7 @@ def test_readme_command_runs_as_written(command, tiny_model_dir, tmp_path):
     words = shlex.split(command)
     script, args = words[1], words[3:]
     out = tmp_path / "groups.jsonl"
-    with launch_scripted_server(respond=_responder(script.split("/")[2]), tokenizer=tiny_model_dir) as server:
+    with launch_scripted_server(respond=_responder(script), tokenizer=tiny_model_dir) as server:
         result = run_env(
             REPO_ROOT / script,
             ["process", *args, "--openai.base_url", server.base_url, "--openai.model_name", "scripted-model",
