@@ -5,8 +5,9 @@ model's calls checked against the recorded ones), trained with turn-level credit
 "Reinforcing Multi-Turn Reasoning in LLM Agents via Turn-Level Credit Assignment": each turn whose calls
 match earns a turn reward (``turn_reward``, 1.0), the episode's outcome reward is the original's dense
 score (share of calls matched, +0.5 when all, -0.2 on a mismatch), and every group carries per-token
-``advantages``: the tokens of turn ``t`` get ``turn_advantage_weight`` x the group-normalised turn rewards
-from ``t`` on plus the group-normalised outcome (:func:`atroposlib.envs.episodes.turn_level_advantages`).
+``advantages`` (:func:`mt_grpo_advantages`): the tokens of turn ``t`` get ``turn_advantage_weight`` x the
+group-standardised reward of turn ``t`` plus ``turn_level_advantage_lambda`` (λ, 0.5) x the
+group-standardised outcome, and the tokens of the task's final turn the standardised outcome alone.
 A group whose scores are all equal is still sent: its turn advantages carry the signal.
 
 Defaults follow the original: ``interstellarninja/hermes_salesforce_apigen_tool_use`` (train, 5% held
@@ -19,9 +20,15 @@ option of ``tool_use_multiturn_server.py`` applies (``--env.dataset_path`` for l
 
 from __future__ import annotations
 
-from typing import Optional
+import statistics
+from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import Any, Optional
 
 from pydantic import Field
+
+from atroposlib.envs.episodes import Episode, token_advantages
+from atroposlib.envs.groups import ScoredDataGroup
 
 try:
     from environments.tool_use_multiturn_server import MultiTurnToolCallingEnv, MultiTurnToolUseConfig
@@ -39,11 +46,6 @@ class MTGRPOEnvConfig(MultiTurnToolUseConfig):
         "use_parallel_requests": "chose between one request for the group's first turns and one request per "
         "episode; the same replies are sampled either way (here: one request per episode)",
     }
-    unsupported_original_keys = {
-        **MultiTurnToolUseConfig.unsupported_original_keys,
-        "turn_level_advantage_lambda": "the outcome advantage has weight 1 here; weigh the turn advantages "
-        "against it with --env.turn_advantage_weight (advantage = weight x turn part + outcome part)",
-    }
 
     dataset_name: str = Field(
         "interstellarninja/hermes_salesforce_apigen_tool_use", description="hub set of Hermes conversations"
@@ -57,6 +59,54 @@ class MTGRPOEnvConfig(MultiTurnToolUseConfig):
     validate_think_blocks: bool = Field(True, description="every reply must open with a <think> block")
     turn_reward: float = Field(1.0, description="reward of each turn whose calls match (the turn rewards)")
     turn_level_advantages: bool = Field(True, description="send MT-GRPO per-token advantages")
+    turn_level_advantage_lambda: float = Field(
+        0.5,
+        ge=0.0,
+        description="λ: weight of the standardised outcome in each turn's advantage but the final turn's "
+        "(turn t: turn_advantage_weight x its standardised turn reward + λ x the standardised outcome)",
+    )
+
+
+#: The episodes a ``collect_trajectories`` call played, collected by ``play`` (each call has its own list).
+_PLAYED: ContextVar[Optional[list[tuple[Any, Episode]]]] = ContextVar("turnlevel_played", default=None)
+
+
+def _standardised(values: Sequence[float]) -> list[float]:
+    """``values`` minus their mean over their population standard deviation (all 0.0 when they are equal)."""
+    mean, spread = statistics.fmean(values), statistics.pstdev(values)
+    return [(v - mean) / spread if spread > 1e-8 else 0.0 for v in values]
+
+
+def mt_grpo_advantages(
+    turn_rewards: Sequence[Sequence[float]],
+    outcomes: Sequence[float],
+    task_turns: int,
+    lam: float,
+    turn_weight: float = 1.0,
+) -> list[list[float]]:
+    """MT-GRPO advantages, one per played turn of each episode of a group playing one task.
+
+    Turn ``t``'s rewards are standardised across the group's episodes, a turn an episode did not reach
+    counting as a turn without reward (0); the outcomes across the group. Turn ``t`` of episode ``i`` gets
+    ``turn_weight * turn_adv[t][i] + lam * outcome_adv[i]``, except the task's final turn (index
+    ``task_turns - 1``), which gets ``outcome_adv[i]`` alone. Raises ValueError for an empty group or
+    sequences of different lengths.
+    """
+    if not outcomes or len(turn_rewards) != len(outcomes):
+        raise ValueError(f"{len(turn_rewards)} episodes of turn rewards and {len(outcomes)} outcomes")
+    outcome_adv = _standardised([float(o) for o in outcomes])
+    longest = max(len(rewards) for rewards in turn_rewards)
+    turn_adv = [
+        _standardised([float(rewards[t]) if t < len(rewards) else 0.0 for rewards in turn_rewards])
+        for t in range(longest)
+    ]
+    return [
+        [
+            outcome_adv[i] if t == task_turns - 1 else turn_weight * turn_adv[t][i] + lam * outcome_adv[i]
+            for t in range(len(rewards))
+        ]
+        for i, rewards in enumerate(turn_rewards)
+    ]
 
 
 class MultiTurnToolUseTurnLevelAdvantageEnv(MultiTurnToolCallingEnv):
@@ -70,6 +120,43 @@ class MultiTurnToolUseTurnLevelAdvantageEnv(MultiTurnToolCallingEnv):
     def default_env_config(cls) -> MTGRPOEnvConfig:
         base = MultiTurnToolCallingEnv.default_env_config()
         return MTGRPOEnvConfig(**base.model_dump(exclude_unset=True))
+
+    async def play(self, item: Any, *, evaluation: bool = False) -> Optional[tuple[Any, Episode]]:
+        played = await super().play(item, evaluation=evaluation)
+        sink = _PLAYED.get()
+        if played is not None and sink is not None:
+            sink.append(played)
+        return played
+
+    async def collect_trajectories(self, item: Any) -> tuple[Optional[ScoredDataGroup], list]:
+        """The base group, its ``advantages`` those of :func:`mt_grpo_advantages` when
+        ``turn_level_advantages`` is on. The base plays the episodes concurrently; each ``play`` adds its
+        episode to this call's list (a context variable: the group's tasks copy this call's context)."""
+        played: list[tuple[Any, Episode]] = []
+        token = _PLAYED.set(played)
+        try:
+            group, backlog = await super().collect_trajectories(item)
+        finally:
+            _PLAYED.reset(token)
+        if group is not None and self.config.turn_level_advantages:
+            group["advantages"] = self._token_advantages(item, played, group["tokens"])
+        return group, backlog
+
+    def _token_advantages(
+        self, item: Any, played: list[tuple[Any, Episode]], tokens: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
+        """Per-token advantages of the group's sequences (``tokens``, in the group's order)."""
+        per_turn = mt_grpo_advantages(
+            [episode.turn_rewards for _, episode in played],
+            [float(self.outcome_reward(session, episode)) for session, episode in played],
+            len(item.expected),
+            self.config.turn_level_advantage_lambda,
+            self.config.turn_advantage_weight,
+        )
+        by_tokens = {
+            tuple(e.tokens): token_advantages(e, row) for (_, e), row in zip(played, per_turn, strict=True)
+        }
+        return [by_tokens[tuple(sequence)] for sequence in tokens]
 
 
 if __name__ == "__main__":

@@ -209,7 +209,10 @@ def test_refused_original_keys_name_their_reason_in_one_line(env_cls, keys, mode
     ("env_cls", "extra"),
     [
         (MultiTurnToolCallingEnv, ""),
-        (MultiTurnToolUseTurnLevelAdvantageEnv, "  use_parallel_requests: true\n"),
+        (
+            MultiTurnToolUseTurnLevelAdvantageEnv,
+            "  use_parallel_requests: true\n  turn_level_advantage_lambda: 1.0\n",
+        ),
     ],
     ids=["multiturn", "turnlevel"],
 )
