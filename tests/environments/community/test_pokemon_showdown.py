@@ -36,6 +36,17 @@ WIN = [take_action("thunderbolt", "move_id")]
 LOSE = [take_action(m, "move_id") for m in ("splash", "splash", "switch snorlax", "splash")]
 
 
+#: the Showdown server the README command names
+README_PORT = 8000
+
+
+def readme_responder():
+    """The README command's responder (one battle won, one lost); starts the stand-in Showdown server on the
+    port the README command names (127.0.0.1:8000) for the rest of the test process."""
+    StandInShowdown(port=README_PORT).start()
+    return episode_responder([WIN, LOSE])
+
+
 @pytest.fixture
 def showdown():
     server = StandInShowdown().start()
