@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +62,24 @@ def evaluate_local(
 def always(reply: str) -> Responder:
     """A scripted-server responder answering every prompt with ``reply``."""
     return lambda prompt, index: reply
+
+
+_EPISODE = re.compile(r"<think>episode (\d+)</think>")
+
+
+def numbered_episodes(act: Callable[[Any, bool], str], spoil_every: int = 0) -> Responder:
+    """A scripted-server responder for multi-turn episodes that tells them apart: each reply opens with
+    ``<think>episode k</think>``, ``k`` read from the conversation so far, or the next number (in order of
+    arrival) for a new conversation; the rest is ``act(prompt, spoiled)``, ``spoiled`` when ``spoil_every``
+    and ``k % spoil_every == 1`` (so such episodes can play a bad move)."""
+    counter = itertools.count()
+    lock = threading.Lock()
+
+    def respond(prompt: Any, index: int) -> str:
+        found = _EPISODE.search(str(prompt))
+        with lock:
+            episode = int(found.group(1)) if found else next(counter)
+        spoiled = bool(spoil_every) and episode % spoil_every == 1
+        return f"<think>episode {episode}</think>{act(prompt, spoiled)}"
+
+    return respond

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import random
 import re
-import threading
 
 import pytest
 
@@ -18,6 +17,7 @@ from environments.community.selcube.rubiks_cube_environment import (
     cube_game,
 )
 from environments.community.selcube.rubiks_cube_logic import FACES, MOVES, Cube, inverse, scramble
+from tests.environments.community.community_runs import numbered_episodes
 from tests.helpers.multi_turn_runs import take_action
 from tests.helpers.single_turn_runs import prompt_text
 
@@ -156,21 +156,12 @@ def _shown_cube(text: str) -> Cube:
 def solver(spoil_every: int = 0):
     """Solves each shown cube a move at a time; episode ``k`` (in order of arrival) plays an invalid move
     instead when ``spoil_every`` and ``k % spoil_every == 1``."""
-    counter = itertools.count()
-    lock = threading.Lock()
 
-    def respond(prompt, index):
+    def act(prompt, spoiled):
         text = prompt_text(prompt) if isinstance(prompt, list) else str(prompt)
-        found = re.search(r"<think>episode (\d+)</think>", str(prompt))
-        with lock:
-            episode = int(found.group(1)) if found else next(counter)
-        if spoil_every and episode % spoil_every == 1:
-            move = "X"
-        else:
-            move = _solution(_shown_cube(text))[0]
-        return f"<think>episode {episode}</think>{take_action(move, 'move')}"
+        return take_action("X" if spoiled else _solution(_shown_cube(text))[0], "move")
 
-    return respond
+    return numbered_episodes(act, spoil_every)
 
 
 def test_process_writes_turn_level_groups(scripted):

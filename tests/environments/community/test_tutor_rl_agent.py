@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 import re
-import threading
 
 import pytest
 
 from environments.community.tutor_rl_agent.student import SimulatedStudent, load_profile, random_profile
 from environments.community.tutor_rl_agent.tutor_env import TutorEnv, TutorEnvConfig, TutorSession
+from tests.environments.community.community_runs import numbered_episodes
 from tests.helpers.multi_turn_runs import take_action
 from tests.helpers.single_turn_runs import offline_env, setup_failure
 
@@ -117,7 +116,6 @@ async def test_profile_file_and_its_errors(tiny_model_dir, tmp_path):
 
 
 _LEVELS = re.compile(r"Student proficiency \(0-1\): ([^\n]*)")
-_EPISODE = re.compile(r"<think>episode (\d+)</think>")
 
 
 def _weakest(text: str) -> str:
@@ -129,18 +127,12 @@ def _weakest(text: str) -> str:
 def tutor(spoil_every: int = 0):
     """Teaches a lesson on the weakest topic each turn; episode ``k`` (in order of arrival) makes an invalid
     move instead when ``spoil_every`` and ``k % spoil_every == 1``."""
-    counter = itertools.count()
-    lock = threading.Lock()
 
-    def respond(prompt, index):
+    def act(prompt, spoiled):
         text = "\n".join(m["content"] for m in prompt) if isinstance(prompt, list) else str(prompt)
-        found = _EPISODE.search(text)
-        with lock:
-            episode = int(found.group(1)) if found else next(counter)
-        move = "dance" if spoil_every and episode % spoil_every == 1 else f"lesson {_weakest(text)}"
-        return f"<think>episode {episode}</think>{take_action(move)}"
+        return take_action("dance" if spoiled else f"lesson {_weakest(text)}")
 
-    return respond
+    return numbered_episodes(act, spoil_every)
 
 
 def test_process_writes_groups(scripted):
