@@ -35,14 +35,14 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.episodes import Episode
+from atroposlib.envs.episodes import Episode, EpisodeTrackingError
 from atroposlib.envs.games import GameEnv, GameEnvConfig, GameSession, InvalidAction, action_tool_schema
 
 sys.path.insert(0, str(Path(__file__).parent))  # the folder's modules (its name is not a package name)
 
 from showdown_battle import Choice, MoveTable, render  # noqa: E402
-from showdown_players import POLICIES, BattleSide, play_out, start_battle  # noqa: E402
-from showdown_protocol import ShowdownClient, to_id  # noqa: E402
+from showdown_players import POLICIES, BattleSide, Policy, play_out, start_battle  # noqa: E402
+from showdown_protocol import ShowdownClient, ShowdownError, to_id  # noqa: E402
 
 RULES = (
     "You are playing a Pokémon battle on Pokémon Showdown. Your goal is to win the battle. Each turn you see "
@@ -102,8 +102,11 @@ class BattleSession(GameSession):
         raise InvalidAction(f"{text!r} is not a legal choice now ({', '.join(c.name for c in self.choices)})")
 
     async def apply(self, move: Choice) -> tuple[float, bool, str]:
-        await self.agent.decide(move)
-        choices = await self.agent.next_decision()
+        try:
+            await self.agent.decide(move)
+            choices = await self.agent.next_decision()
+        except ShowdownError as exc:  # the server or the opponent went away: no outcome to learn from
+            raise EpisodeTrackingError(f"the battle was interrupted: {exc}") from None
         if choices is None:
             self.won = (
                 self.agent.view.winner is not None
@@ -150,6 +153,7 @@ class PokemonEnv(GameEnv):
             config.battle_format,
             config.server_timeout,
         )
+        foe.client.timeout = None  # the opponent waits for the model's decisions, however long they take
         policy, rng = POLICIES[config.opponent], random.Random(f"showdown-opponent:{seed}")
         opponent = asyncio.create_task(_opponent(foe, policy, self.table, rng))
         session = BattleSession(config, self.table, agent, opponent)
@@ -168,11 +172,13 @@ class PokemonEnv(GameEnv):
         }
 
 
-async def _opponent(side: BattleSide, policy, table: MoveTable, rng: random.Random) -> None:
+async def _opponent(side: BattleSide, policy: Policy, table: MoveTable, rng: random.Random) -> None:
+    """Play the opponent's side to the end; it never forfeits (a failing opponent must not hand the model a
+    win): its connection is closed and the model's side then finds the battle interrupted."""
     try:
         await play_out(side, policy, table, rng)
     finally:
-        await side.leave()
+        await side.client.close()
 
 
 def _guest_name(role: str) -> str:

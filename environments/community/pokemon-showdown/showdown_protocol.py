@@ -48,9 +48,10 @@ class ShowdownClient:
     """One user connected to a Showdown server (see the module docstring).
 
     ``timeout`` (seconds) bounds every wait for the server; waiting longer raises :class:`ShowdownError`.
+    ``None`` waits as long as it takes (an opponent waiting for the model's decision).
     """
 
-    def __init__(self, url: str, name: str, timeout: float = 60.0):
+    def __init__(self, url: str, name: str, timeout: Optional[float] = 60.0):
         self.url = url
         self.name = name
         self.user_id = to_id(name)
@@ -89,7 +90,7 @@ class ShowdownClient:
         try:
             message = await asyncio.wait_for(self._ws.receive(), self.timeout)
         except asyncio.TimeoutError:
-            raise ShowdownError(f"the Showdown server sent nothing for {self.timeout:g} s") from None
+            raise ShowdownError(f"the Showdown server sent nothing for {self.timeout} s") from None
         if message.type != aiohttp.WSMsgType.TEXT:
             raise ShowdownError(f"the Showdown server closed the connection of {self.name!r}")
         return split_chunk(message.data)

@@ -77,6 +77,11 @@ class StandInShowdown:
         return self
 
     def stop(self) -> None:
+        """Close every connection and stop the server (a second call does nothing)."""
+        if not self._thread.is_alive():
+            return
+        for ws in list(self.users.values()):
+            asyncio.run_coroutine_threadsafe(ws.close(), self._loop).result(timeout=30)
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=30)
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -4,6 +4,7 @@ moves and their penalties, and ``process`` / ``evaluate`` end to end against a s
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import random
 import sys
@@ -11,6 +12,7 @@ import sys
 import pytest
 from transformers import AutoTokenizer
 
+from atroposlib.envs.episodes import EpisodeTrackingError
 from tests.environments.community.showdown_standin import StandInShowdown
 from tests.helpers.cli_runs import REPO_ROOT, run_env
 from tests.helpers.multi_turn_runs import episode_responder, take_action
@@ -120,7 +122,9 @@ def test_protocol_lines_and_battle_view():
 
 
 async def _session(tiny_model_dir, showdown, **values):
-    env = offline_env(penv.PokemonEnv, tiny_model_dir, showdown_url=showdown.url, server_timeout=20, **values)
+    env = offline_env(
+        penv.PokemonEnv, tiny_model_dir, showdown_url=showdown.url, **{"server_timeout": 20, **values}
+    )
     await env.setup()
     return await env.make_session(0)
 
@@ -185,6 +189,19 @@ async def test_invalid_choices_end_the_battle_with_the_penalty(tiny_model_dir, s
     battle = next(iter(showdown.battles.values()))
     agent = session.agent.client.name
     assert battle.over and not [c for user, c in showdown.choices if user == agent]  # forfeited unplayed
+
+
+async def test_slow_decisions_and_an_interrupted_battle(tiny_model_dir, showdown):
+    session = await _session(tiny_model_dir, showdown, server_timeout=1)
+    try:
+        await asyncio.sleep(1.5)  # a decision slower than the server timeout: the opponent still waits for it
+        assert not (await session.step(WIN[0], 0)).done
+        showdown.stop()  # the server goes away mid-battle: no outcome, the episode is left out
+        with pytest.raises(EpisodeTrackingError, match="the battle was interrupted"):
+            await session.step(WIN[0], 1)
+        assert not session.won
+    finally:
+        await session.close()
 
 
 async def test_server_errors_are_one_clear_line(tiny_model_dir, showdown):
