@@ -35,7 +35,7 @@ from showdown_protocol import split_chunk, to_id  # noqa: E402
 
 #: the stand-in's battle: two Thunderbolts win; Splash every turn loses (Pikachu, then Snorlax, faint)
 WIN = [take_action("thunderbolt", "move_id")]
-LOSE = [take_action(m, "move_id") for m in ("splash", "splash", "switch snorlax", "splash")]
+LOSE = [take_action(m, "move_id") for m in ("splash", "Splash", "Switch Snorlax", "splash")]
 
 
 #: the Showdown server the README command names
@@ -165,7 +165,7 @@ async def test_a_lost_battle_earns_the_loss_reward(tiny_model_dir, showdown):
     finally:
         await session.close()
     assert rewards == [0.0, 0.0, 0.0, 0.0, -0.5] and session.finished and not session.won
-    assert ("switch 2" in [c for _, c in showdown.choices]) and session.moves[2] == "switch snorlax"
+    assert ("switch 2" in [c for _, c in showdown.choices]) and session.moves[2] == "Switch Snorlax"
 
 
 @pytest.mark.parametrize(
@@ -175,6 +175,7 @@ async def test_a_lost_battle_earns_the_loss_reward(tiny_model_dir, showdown):
         take_action("switch gyarados", "move_id"),  # not on this team
         take_action("bodyslam", "move_id"),  # a benched Pokémon's move
         take_action("thunderbolt", "move_id") + take_action("splash", "move_id"),  # a hedge
+        take_action("thunderbolt, splash, switch snorlax", "move_id"),  # the legal choices echoed
         f"<think>{take_action('thunderbolt', 'move_id')}</think>",  # only in the reasoning
         "thunderbolt",  # no call
         '<tool_call>{"name": "take_action", "arguments": {"move_id": "thunderbolt"</tool_call>',  # malformed
