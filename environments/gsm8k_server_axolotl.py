@@ -18,7 +18,7 @@ from pathlib import Path
 # Run as a script (``python environments/<this file>``), the repository root is not on the path yet.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from atroposlib.envs.server_handling.trl_vllm_server import TrlVllmServer  # noqa: E402
+from atroposlib.envs.server_handling.trl_vllm_server import use_policy_tokenizer  # noqa: E402
 from environments.gsm8k_server import GSM8kEnv, GSM8kEnvConfig  # noqa: E402
 
 AXOLOTL_MODEL = "Qwen/Qwen3-1.7B"
@@ -34,14 +34,7 @@ class GSM8kAxolotlEnv(GSM8kEnv):
 
     def __init__(self, config: GSM8kEnvConfig, server_configs, slurm=True, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        # TRL's server renders chats itself; it serves the policy, so without its own --openai.tokenizer_name
-        # it uses the environment's tokenizer instead of looking up the served model's name.
-        for server in getattr(self.server, "servers", None) or []:
-            if (
-                isinstance(server, TrlVllmServer)
-                and (server.config.tokenizer_name or "none").lower() == "none"
-            ):
-                server.tokenizer = self.tokenizer
+        use_policy_tokenizer(self.server, self.tokenizer)
 
     @classmethod
     def default_env_config(cls) -> GSM8kEnvConfig:

@@ -20,6 +20,26 @@ def test_defaults_name_trls_server_and_the_axolotl_model():
     assert env_config.total_steps == 1000 and env_config.max_token_length == 2048
 
 
+@pytest.mark.parametrize("named", [False, True], ids=["no-tokenizer-named", "own-tokenizer"])
+def test_trls_server_renders_with_the_policys_tokenizer_unless_it_names_one(tiny_model_dir, tmp_path, named):
+    from transformers import AutoTokenizer
+
+    from atroposlib.envs.base import APIServerConfig
+
+    own = tmp_path / "own"
+    AutoTokenizer.from_pretrained(str(tiny_model_dir)).save_pretrained(own)
+    server = APIServerConfig(base_url="http://127.0.0.1:9", model_name="Qwen/Qwen3-1.7B", server_type="trl",
+                             tokenizer_name=str(own) if named else "none")  # fmt: skip
+    env = GSM8kAxolotlEnv(
+        GSM8kAxolotlEnv.env_config_cls(tokenizer_name=str(tiny_model_dir), use_wandb=False),
+        server,
+        slurm=False,
+    )
+    (trl,) = env.server.servers
+    assert (trl.tokenizer is env.tokenizer) is not named
+    assert trl.tokenizer.name_or_path == str(own if named else tiny_model_dir)
+
+
 def _rollout(reply: str, generated: int) -> dict:
     prompt = [5] * 8
     return {

@@ -7,6 +7,7 @@ TRL's server has one generation route, ``POST {base_url}/generate/`` taking
 with the model's chat template. Token-level calls (and hence ``ManagedServer``) work when the
 server returns logprobs; with an older TRL they fail with a ``NotImplementedError`` saying so.
 Health: ``GET {base_url}/health/``. A ``base_url`` ending in ``/v1`` (OpenAI style) is taken as the root.
+:func:`use_policy_tokenizer` gives such servers the environment's tokenizer when they name none.
 """
 
 from __future__ import annotations
@@ -122,3 +123,14 @@ class TrlVllmServer(ConfigTokenizerMixin, APIServer):
     async def close(self) -> None:
         await super().close()
         await self.http.close()
+
+
+def use_policy_tokenizer(server: Any, tokenizer: Any) -> None:
+    """Give every :class:`TrlVllmServer` of ``server`` (an environment's server manager, or one server)
+    whose config names no tokenizer (``tokenizer_name`` unset or ``none``) the environment's ``tokenizer``.
+
+    TRL's server serves the policy being trained and the client renders its chats, so they are rendered with
+    the policy's tokenizer instead of one looked up by the served model's name."""
+    for each in getattr(server, "servers", None) or [server]:
+        if isinstance(each, TrlVllmServer) and (each.config.tokenizer_name or "none").lower() == "none":
+            each.tokenizer = tokenizer

@@ -26,7 +26,7 @@ from pydantic import Field, field_validator
 
 from atroposlib.envs.config_defaults import local_server_config
 from atroposlib.envs.declared_defaults import DeclaredDefaults
-from atroposlib.envs.server_handling.trl_vllm_server import TrlVllmServer
+from atroposlib.envs.server_handling.trl_vllm_server import use_policy_tokenizer
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig
 from atroposlib.utils.replies import answer_section
 
@@ -73,14 +73,7 @@ class SanskritPoetryEnv(DeclaredDefaults, SingleTurnEnv):
 
     def __init__(self, config: SanskritPoetryEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)
-        # TRL's server renders chats itself; without its own --openai.tokenizer_name it renders them with the
-        # environment's tokenizer (the policy's) instead of looking up the served model's name.
-        for server in getattr(self.server, "servers", None) or []:
-            if (
-                isinstance(server, TrlVllmServer)
-                and (server.config.tokenizer_name or "none").lower() == "none"
-            ):
-                server.tokenizer = self.tokenizer
+        use_policy_tokenizer(self.server, self.tokenizer)
 
     @classmethod
     def default_server_config(cls):
