@@ -130,13 +130,9 @@ class EVMEnv(DeclaredDefaults, SingleTurnEnv):
     env_config_cls = EVMEnvConfig
     config: EVMEnvConfig
     default_model = "NousResearch/Hermes-3-Llama-3.1-8B"
+    #: the original's config_init values (its max_token_length, 2048, is the default)
     default_env_values = dict(
-        group_size=4,
-        total_steps=500,
-        batch_size=16,
-        steps_per_eval=50,
-        max_token_length=2048,
-        wandb_name="evm-agent",
+        group_size=4, total_steps=500, batch_size=16, steps_per_eval=50, wandb_name="evm-agent"
     )
 
     def __init__(self, config: EVMEnvConfig, server_configs, slurm=False, testing=False):

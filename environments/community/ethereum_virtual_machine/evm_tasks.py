@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -30,8 +30,7 @@ QUESTION_TYPES = (
 )
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     """A whitelisted ERC-20 token: ``symbol``, contract ``address`` (lower case) and ``decimals``."""
 
     symbol: str
