@@ -124,12 +124,13 @@ class UFCImageEnv(UFCEnv, VisionQAEnv):
 
     def _pictured(self, fights: Sequence[Fight]) -> list[Fight]:
         """The fights with both fighters' pictures (each checked readable once); warns how many are left out."""
-        kept = []
+        kept, checked = [], set()
         for fight in fights:
             paths = [picture_path(self.image_folder, name) for name in (fight.red, fight.blue)]
             if all(path.is_file() for path in paths):
-                for path in paths:
+                for path in set(paths) - checked:
                     self._check_picture_file(path)
+                checked.update(paths)
                 kept.append(fight)
         if len(kept) < len(fights):
             logger.warning(
