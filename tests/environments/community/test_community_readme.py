@@ -115,6 +115,8 @@ def _responder(script: str) -> Callable[[Any, int], str]:
         return _test_module("test_ethereum_virtual_machine").readme_responder()
     if folder == "punchline_vrcli":
         return _test_module("test_punchline_vrcli")._responder
+    if folder == "quantum_hybrid":
+        return _test_module("test_quantum_hybrid")._responder
     if folder == "xitter_env":
         return _test_module("test_xitter_env")._responder
     if folder == "word_hunt":
