@@ -111,6 +111,8 @@ def _responder(script: str) -> Callable[[Any, int], str]:
         return _test_module("test_ufc_prediction_env")._responder
     if folder == "pokemon-showdown":
         return _test_module("test_pokemon_showdown").readme_responder()
+    if folder == "conversational_style_dpo":
+        return _test_module("test_conversational_style_dpo")._readme_responder
     if folder == "ethereum_virtual_machine":
         return _test_module("test_ethereum_virtual_machine").readme_responder()
     if folder == "punchline_vrcli":
