@@ -40,6 +40,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,7 @@ if str(REPO_ROOT) not in sys.path:
 from atroposlib.envs.server_handling.servers_file import read_servers_file  # noqa: E402
 from atroposlib.testing.api_process import ApiProcess, free_port  # noqa: E402
 from atroposlib.utils.processes import ServiceProcess  # noqa: E402
+from benchmarks.batch_gate import BatchGate  # noqa: E402
 from example_trainer.inference.server_lifetime import ServerPidFile  # noqa: E402
 
 ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server.py"
@@ -141,6 +143,9 @@ class FaultRun:
             args=["--env-heartbeat-seconds", str(self.heartbeat_seconds)],
             log_path=self.logs / "run-api.log",
         )
+        #: the trainer reaches the API through this gate, which hands out batches only up to the step a fault
+        #: waits for (a trainer with batches queued trains several steps per second)
+        self.gate = BatchGate(self.api.url)
         self.inference_port = free_port()
         #: the trainer writes its server's address here; the environments follow it
         self.servers_file = self.logs / "inference_servers.txt"
@@ -165,7 +170,7 @@ class FaultRun:
     def trainer_command(self) -> list[str]:
         return [
             sys.executable, "-m", "example_trainer.grpo", "--model", str(self.model_dir),
-            "--atropos-url", self.api.url, "--training-steps", str(self.steps),
+            "--atropos-url", self.gate.url, "--training-steps", str(self.steps),
             "--batch-size", str(self.batch_size), "--gradient-accumulation-steps", "1", "--lr", "1e-3",
             "--warmup-steps", str(self.steps), "--optimizer", "adamw", "--device", "cpu", "--seed", "0",
             "--seq-len", "256", "--save-path", str(self.ckpt), "--checkpoint-interval", "2",
@@ -250,8 +255,10 @@ class FaultRun:
             time.sleep(0.1)
 
     def next_step_after(self, fault: Fault, timeout: float = 240.0) -> None:
-        """Wait for the first step trained after ``fault``'s restart and note its time."""
+        """Let the trainer train one more step, wait for the first step trained after ``fault``'s restart and
+        note its time."""
         since = fault.restarted_at or time.time()
+        self.gate.allow(self.trained() + 1)
         self.wait(
             lambda: any(r["time"] > since for r in self.records()) or not self.trainer.alive(),
             timeout, f"a step after {fault.name}",
@@ -306,24 +313,38 @@ class FaultRun:
         pid = self.server_pid()
         f = self.fault("inference_kill")
         os.killpg(pid, signal.SIGKILL)
-        f.restarted_at = time.time()  # the trainer notices and restarts it
+        # The trainer notices and restarts it; it is back once a new server answers on the serving port.
+        self.wait(lambda: self.server_answers(other_than=pid), 240, "the inference server to be restarted")
+        f.restarted_at = time.time()
         self.next_step_after(f)
         restarts = self.trainer.log_path.read_text().count("restarting it")
-        f.note = f"trainer restarted it ({restarts}x)"
+        f.note = f"trainer restarted it ({restarts}x) {f.restarted_at - f.injected_at:.0f} s after the kill"
+
+    def server_answers(self, other_than: int) -> bool:
+        """A server other than pid ``other_than`` is recorded and answers ``/health``."""
+        with contextlib.suppress(FaultRunFailed, OSError, ValueError, IndexError):
+            if self.server_pid() != other_than:
+                url = f"http://127.0.0.1:{self.serving_port()}/health"
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    return resp.status == 200
+        return False
 
     def kill_trainer(self) -> None:
-        # Right after an uncheckpointed (odd) step, so that the resumed trainer replays it; preferably one
-        # whose batch had a learning signal (a nonzero gradient), so that equal losses say something.
-        def replayable() -> bool:
-            step = self.trained()
-            learns = self.effective().get(step, {}).get(PROBE, 0.0) > 0
-            return step % 2 == 1 and (learns or step >= self.steps - 5)
-
-        self.wait(replayable, 300, "an uncheckpointed step")
+        # Right after an uncheckpointed (odd) step, held there by the gate, so that the resumed trainer replays
+        # it; preferably one whose batch had a learning signal (a nonzero gradient), so that equal losses say
+        # something.
+        step = self.trained() | 1
+        while True:
+            self.gate.allow(step)
+            self.wait(lambda step=step: self.trained() >= step, 300, f"step {step}")
+            if self.effective()[step].get(PROBE, 0.0) > 0 or step >= self.steps - 5:
+                break
+            step += 2
         f = self.fault("trainer_kill")
         self.killed_history = list(self.records())
         os.killpg(self.trainer.pid, signal.SIGKILL)
         self.trainer.proc.wait(10)
+        self.gate.restart_at(step)  # resumed from the checkpoint of step - 1
         self.trainer = self._new_trainer().start()
         f.restarted_at = time.time()
         self.next_step_after(f, timeout=300)
@@ -339,6 +360,7 @@ class FaultRun:
     def stop_env(self) -> None:
         env = self.envs["env_b"]
         f = self.fault("env_stop")
+        self.gate.allow(self.steps)
         os.killpg(env.pid, signal.SIGSTOP)
         before = self.trained()
         try:
@@ -362,13 +384,16 @@ class FaultRun:
         if not self.include_move:
             schedule = [(at, action) for at, action in schedule if action != self.move_inference]
         self.api.start(timeout=180)
+        self.gate.start()
         self.trainer.start()
         self.wait(self.servers_file.is_file, 300, "the trainer's servers file")
         for env in self.envs.values():
             env.start()
         for at, action in schedule:
+            self.gate.allow(at)
             self.wait(lambda at=at: self.trained() >= at, 300, f"step {at}")
             action()
+        self.gate.allow(self.steps)
         self.wait(lambda: not self.trainer.alive(), 300, "the trainer to finish")
         self.report.trainer_exit = self.trainer.returncode
         self.report.trained_steps = self.trained()
@@ -383,6 +408,7 @@ class FaultRun:
                     os.killpg(env.pid, signal.SIGCONT)
                 env.stop(timeout=10)
         self.trainer.stop(timeout=20)
+        self.gate.stop()
         self.api.stop()
 
     # --- the checks -------------------------------------------------------------------------------

@@ -180,6 +180,13 @@ class APIServerConfig(ServerBaseline):
     )
 
 
+def _caller_cancelled() -> bool:
+    """True when the running task itself is being cancelled (not only a task it awaited)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python >= 3.11
+    return bool(cancelling()) if cancelling is not None else False
+
+
 def require_base_url(config: ServerBaseline, server_type: str) -> None:
     """ValueError unless ``config.base_url`` is set (self-hosted backends have no default URL)."""
     if not getattr(config, "base_url", None):
@@ -244,6 +251,8 @@ class APIServer(ABC):
         self._next_unhealthy_report = 0.0
         #: Set by :meth:`retire`: the server left its manager's list (e.g. it moved to another address).
         self.retired = False
+        #: Requests being sent or awaiting an answer (cancelled by :meth:`retire`).
+        self._in_flight: set[asyncio.Future[Any]] = set()
 
     # -- health ------------------------------------------------------------------------------------
     @property
@@ -517,11 +526,20 @@ class APIServer(ABC):
             reraise=True,
             before_sleep=self._log_retry,
         )
+        attempts = asyncio.ensure_future(retrying(attempt_once))
+        self._in_flight.add(attempts)
         try:
-            result = await retrying(attempt_once)
+            result = await attempts
+        except asyncio.CancelledError:
+            self.failed_requests += 1
+            if self.retired and attempts.cancelled() and not _caller_cancelled():
+                raise ServerUnavailableError(f"{self._describe()} was retired while a request ran") from None
+            raise
         except BaseException:
             self.failed_requests += 1
             raise
+        finally:
+            self._in_flight.discard(attempts)
         elapsed = time.monotonic() - (stats["start"] or time.monotonic())
         if is_train:
             self.request_timings.append(elapsed)
@@ -576,9 +594,12 @@ class APIServer(ABC):
         return await self._call(self._get_logprobs_wrapper, split, kwargs)
 
     def retire(self) -> None:
-        """Take the server out of service: stop its health check, and make requests waiting for it to answer
-        again fail now with :class:`ServerUnavailableError` (requests already sent run to their end)."""
+        """Take the server out of service: stop its health check, and make every request to it, waiting or
+        already sent, fail now with :class:`ServerUnavailableError` (a server that moved away may never answer
+        at its old address, or something else may hold it)."""
         self.retired = True
+        for request in list(self._in_flight):
+            request.cancel()
         self.initialized = True  # no new health check on a later request either
         task, self.check_task = self.check_task, None
         if task is not None and not task.done():

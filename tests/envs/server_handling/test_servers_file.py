@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 
 import pytest
 
@@ -153,6 +154,32 @@ async def test_requests_follow_a_server_restarted_on_another_port(tmp_path, tiny
             again = await manager.chat_completion(messages=USER, split="eval")
             assert again.choices[0].message.content == "from B"
             assert sum(r["path"].endswith("/chat/completions") for r in second.requests) == 2
+        await manager.close()
+
+
+async def test_a_request_sent_to_a_server_that_never_answers_moves_when_the_file_changes(
+    tmp_path, tiny_model_dir
+):
+    # Something holds the old port and accepts connections but never answers (a hung server, or another
+    # process that took the port): a request already sent there must not wait out its timeout.
+    path = tmp_path / "servers.txt"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(16)
+        write_servers_file(path, [f"http://127.0.0.1:{holder.getsockname()[1]}/v1"])
+        manager = ServerManager(APIServerConfig(model_name="scripted-model", servers_file=str(path)))
+        manager.servers_file_poll_interval = 0.05
+        held = manager.servers[0]
+        held.initialized = True  # no health check: the connection is accepted, so the request is on its way
+        pending = asyncio.create_task(manager.chat_completion(messages=USER))
+        await wait_until(lambda: bool(held._in_flight))
+        await asyncio.sleep(0.3)
+        assert not pending.done()
+        with launch_scripted_server(respond=lambda p, i: "from B", tokenizer=str(tiny_model_dir)) as second:
+            write_servers_file(path, [second.base_url])
+            reply = await asyncio.wait_for(pending, 15)
+            assert reply.choices[0].message.content == "from B"
+            assert held.retired and not held._in_flight
         await manager.close()
 
 
