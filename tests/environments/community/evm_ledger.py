@@ -154,8 +154,8 @@ def serve_ledger(ledger: Ledger, port: int = 0) -> Iterator[str]:
 
 
 def start_ledger(ledger: Ledger, port: int) -> ThreadingHTTPServer:
-    """Serve ``ledger`` on 127.0.0.1:``port`` on a daemon thread until the process ends (for a command run
-    in a subprocess that names the port)."""
+    """Serve ``ledger`` on 127.0.0.1:``port`` on a daemon thread until ``shutdown()`` (for a command run in a
+    subprocess that names the port)."""
     server = ThreadingHTTPServer(("127.0.0.1", port), _handler(ledger))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server

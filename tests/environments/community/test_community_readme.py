@@ -8,6 +8,7 @@ collection, shipped or not, and every shipped folder here has a row.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import os
@@ -147,7 +148,13 @@ def test_readme_command_runs_as_written(command, tiny_model_dir, tmp_path):
     words = shlex.split(command)
     script, args = words[1], words[3:]
     out = tmp_path / "groups.jsonl"
-    with launch_scripted_server(respond=_responder(script), tokenizer=tiny_model_dir) as server:
+    respond, stop_services = _responder(script), None
+    if isinstance(respond, tuple):  # a stand-in for a service the command names by address, stopped after it
+        respond, stop_services = respond
+    with contextlib.ExitStack() as stack:
+        if stop_services is not None:
+            stack.callback(stop_services)
+        server = stack.enter_context(launch_scripted_server(respond=respond, tokenizer=tiny_model_dir))
         result = run_env(
             REPO_ROOT / script,
             ["process", *args, "--openai.base_url", server.base_url, "--openai.model_name", "scripted-model",

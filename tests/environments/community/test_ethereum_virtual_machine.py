@@ -215,9 +215,15 @@ def responder(*, spoil_every: int = 2):
 
 
 def readme_responder():
-    """The README command's node (the stand-in on Anvil's default port, for this test process) and replies."""
-    start_ledger(new_ledger(), 8545)
-    return responder()
+    """The README command's replies and the function that stops the node it starts (the stand-in, on
+    Anvil's default port, which the README command names)."""
+    server = start_ledger(new_ledger(), 8545)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return responder(), stop
 
 
 def test_process_against_the_stand_in_node(scripted, ledger):

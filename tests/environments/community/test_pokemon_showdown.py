@@ -43,10 +43,10 @@ README_PORT = 8000
 
 
 def readme_responder():
-    """The README command's responder (one battle won, one lost); starts the stand-in Showdown server on the
-    port the README command names (127.0.0.1:8000) for the rest of the test process."""
-    StandInShowdown(port=README_PORT).start()
-    return episode_responder([WIN, LOSE])
+    """The README command's responder (one battle won, one lost) and the function that stops the stand-in
+    Showdown server it starts on the port the README command names (127.0.0.1:8000)."""
+    server = StandInShowdown(port=README_PORT).start()
+    return episode_responder([WIN, LOSE]), server.stop
 
 
 @pytest.fixture
