@@ -12,19 +12,12 @@ from benchmarks.faults import run_faults
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.xfail(
-    reason="open (issue 31): environments can stop at total_steps while the trainer still needs batches "
-    "(the API's step counts batches formed), so the run can time out waiting for a step",
-    strict=False,
-)
 def test_the_loop_survives_each_part_dying(tmp_path):
-    # inference_move is left out here: after a move, an environment's in-flight requests can stay stuck on the
-    # retired server (see docs/when-a-part-dies.md); tests/example_trainer/inference/test_server_move.py and
-    # tests/envs/server_handling/test_servers_file.py cover the move itself.
-    report = run_faults(tmp_path, steps=12, stop_seconds=15.0, move_inference=False)
+    report = run_faults(tmp_path, steps=12, stop_seconds=15.0)
     print(report.table())
     assert [f.name for f in report.faults] == [
         "env_kill",
+        "inference_move",
         "inference_kill",
         "trainer_kill",
         "api_kill",
