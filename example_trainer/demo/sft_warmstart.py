@@ -147,7 +147,8 @@ def warm_start(
     """Return ``(model_dir, from_cache)``: the warm-started model, trained now or loaded from the cache.
 
     The directory is ``<cache_dir>/sft-<cache_key>`` and is written atomically (a temporary folder,
-    then a rename), so an interrupted run never leaves a half-written cache entry. With
+    then a rename), so an interrupted run never leaves a half-written cache entry; of two runs training the
+    same entry at once, the second to finish keeps the first one's (which may be in use) and returns it. With
     ``settings.steps == 0`` the base model's directory is returned unchanged.
     """
     if settings.steps == 0:
@@ -171,6 +172,9 @@ def warm_start(
             "final_loss": losses[-1] if losses else None,
         }
         (tmp / "atropos_sft.json").write_text(json.dumps(meta, indent=2, default=list))
+        if (target / "model.safetensors").is_file() and not force:
+            # Another run with the same settings saved it meanwhile (and may be reading it): keep that one.
+            return target, True
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)

@@ -38,6 +38,8 @@ class InferenceSync:
         self.remote_urls: list[str] = []
         self.active = config.use_vllm
         self.broadcaster: Any = None
+        #: the servers (root URLs and the local server's pid) the broadcaster's group was formed with
+        self._group_members: tuple[Any, ...] | None = None
 
     @property
     def root_url(self) -> str:
@@ -102,11 +104,44 @@ class InferenceSync:
         return model
 
     def broadcast(self, model: Any) -> float:
-        """``--refresh-mode broadcast``: send ``model``'s weights into every server; returns the seconds."""
+        """``--refresh-mode broadcast``: send ``model``'s weights into every server; returns the seconds.
+
+        A local server that died is restarted first (:meth:`check`); a server restarted or moved since the
+        weight group was formed gets a new group (the old one has a dead member), and a hand-off that fails
+        because its server died meanwhile is made once more, to the restarted server.
+        """
+        from example_trainer.inference.weight_broadcast import WeightBroadcastError, unique_named_tensors
+
+        start = time.perf_counter()
+        named = unique_named_tensors(model)
+        wait = not self.config.weight_broadcast_async
+        try:
+            self._current_broadcaster().send(named, wait=wait)
+        except WeightBroadcastError as exc:
+            self.check()
+            if self._members() == self._group_members:
+                raise
+            logger.warning(
+                "weight hand-off failed (%s); the inference server was restarted: sending again", exc
+            )
+            self._current_broadcaster().send(named, wait=wait)
+        return time.perf_counter() - start
+
+    def _members(self) -> tuple[Any, ...]:
+        return (*self.server_root_urls, self.manager.pid if self.manager is not None else None)
+
+    def _current_broadcaster(self) -> Any:
+        """The broadcaster whose group holds the servers running now (a new one after a restart or move)."""
         import socket
 
-        from example_trainer.inference.weight_broadcast import WeightBroadcaster, unique_named_tensors
+        from example_trainer.inference.weight_broadcast import WeightBroadcaster
 
+        self.check()
+        members = self._members()
+        if self.broadcaster is not None and members != self._group_members:
+            logger.warning("the inference server was restarted or moved: forming a new weight group")
+            self.broadcaster.abandon()
+            self.broadcaster = None
         if self.broadcaster is None:
             backend = self.config.weight_broadcast_backend
             if backend == "auto":
@@ -118,7 +153,8 @@ class InferenceSync:
                 self.server_root_urls, backend=backend, host=host, device=self.config.device,
                 timeout=self.config.vllm_startup_timeout,
             )  # fmt: skip
-        return self.broadcaster.send(unique_named_tensors(model), wait=not self.config.weight_broadcast_async)
+            self._group_members = members
+        return self.broadcaster
 
     def wait_for_refresh(self) -> None:
         """Block until the last (background) weight hand-off is served."""

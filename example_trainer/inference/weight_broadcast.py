@@ -263,6 +263,13 @@ class WeightBroadcaster:
         if errors:
             raise WeightBroadcastError("weight hand-off failed: " + "; ".join(errors))
 
+    def abandon(self) -> None:
+        """Drop the group without waiting for a hand-off in flight (a member died: it would never end);
+        an unfinished transfer ends with the group's timeout at the latest."""
+        self.group, self._pending = None, None
+        self._transfer_pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
     def close(self) -> None:
         try:
             self.wait()

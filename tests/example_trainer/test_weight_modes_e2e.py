@@ -4,6 +4,10 @@ prompt equal the trained model's, and broadcast writes checkpoints only at ``--c
 
 from __future__ import annotations
 
+import os
+import signal
+from pathlib import Path
+
 import pytest
 import requests
 import torch
@@ -13,6 +17,7 @@ from example_trainer.demo.heldout_eval import load_causal_lm
 from example_trainer.grpo.config import TrainingConfig
 from example_trainer.grpo.launcher import build_parser, main
 from example_trainer.grpo.loop import train
+from example_trainer.inference.server_lifetime import ServerPidFile
 from tests.helpers.trainer import post_groups
 
 PROMPT = [5, 17, 29, 41, 53, 65, 77]
@@ -68,6 +73,28 @@ def test_every_synchronisation_serves_the_trained_weights(mode, api, tiny_model_
     with torch.no_grad():
         logp = torch.log_softmax(final(torch.tensor([PROMPT + ids])).logits[0], dim=-1)
     assert [float(logp[len(PROMPT) - 1 + i, t]) for i, t in enumerate(ids)] == pytest.approx(served, abs=1e-5)
+
+
+def test_a_broadcast_after_the_server_died_reaches_the_restarted_server(api, tiny_model_dir, tmp_path):
+    cfg = _config(tiny_model_dir, api.url, tmp_path / "ck", refresh_mode="broadcast")
+    killed: list[int] = []
+
+    def kill_after_the_first_step(step, model, urls):
+        checks = served_vs_model(step, model, urls)
+        if (
+            step == 1
+        ):  # the server dies between two hand-offs; the next one must reach its restarted successor
+            port = int(urls[0].rsplit(":", 1)[1])
+            pid = int(ServerPidFile(Path(cfg.log_dir) / f"inference_{port}.pid").read()["server_pid"])
+            os.killpg(pid, signal.SIGKILL)
+            killed.append(pid)
+        return checks
+
+    post_groups(api.url, 6, seed=0)
+    result = train(cfg, sync_hook=kill_after_the_first_step)
+    assert killed and result.step == 3 and not result.stopped_early
+    diffs = [r["sync/max_abs_diff"] for r in result.history]
+    assert len(diffs) == 3 and max(diffs) < 1e-5  # steps 2 and 3 served by the restarted server
 
 
 def test_the_launcher_runs_shared_vllm_only(capsys):

@@ -10,9 +10,9 @@ import torch
 
 from example_trainer.demo.heldout_eval import (
     chat_prompt_ids,
+    chat_replies,
     evaluate_heldout,
     evaluate_model_dir,
-    greedy_replies,
     load_causal_lm,
 )
 from example_trainer.demo.sft_warmstart import (
@@ -110,8 +110,8 @@ def test_batched_greedy_decoding_matches_one_prompt_at_a_time(tiny):
     model, tok = tiny
     task = ARITHMETIC
     prompts = [item.messages for item in task.heldout()[:5]]
-    batched = greedy_replies(model, tok, prompts, max_new_tokens=6, batch_size=5)
-    single = [greedy_replies(model, tok, [p], max_new_tokens=6)[0] for p in prompts]
+    batched = chat_replies(model, tok, prompts, max_new_tokens=6, batch_size=5)
+    single = [chat_replies(model, tok, [p], max_new_tokens=6)[0] for p in prompts]
     assert batched == single
     assert all(isinstance(r, str) for r in batched)
 
@@ -128,6 +128,24 @@ def test_evaluate_heldout_scores_every_eval_problem_with_the_env_scorer(tiny):
     # A scorer that accepts everything: the evaluation really applies the given scorer.
     everything = evaluate_heldout(model, tok, task, max_new_tokens=6, score=lambda _r, _a: 1.0)
     assert everything.accuracy == 1.0
+
+
+def test_sampled_accuracy_counts_every_reply_and_repeats_with_its_seed(tiny):
+    model, tok = tiny
+    task = ARITHMETIC
+    first = evaluate_heldout(model, tok, task, max_new_tokens=6, samples=3, seed=1)
+    assert first.total == 3 * len(task.heldout())
+    # each problem's three replies are next to each other, graded against that problem
+    questions = [item.question for item in task.heldout() for _ in range(3)]
+    assert [s.question for s in first.samples] == questions
+    again = evaluate_heldout(model, tok, task, max_new_tokens=6, samples=3, seed=1)
+    assert [s.reply for s in again.samples] == [s.reply for s in first.samples]
+    other = evaluate_heldout(model, tok, task, max_new_tokens=6, samples=3, seed=2)
+    assert [s.reply for s in other.samples] != [s.reply for s in first.samples]  # really sampled
+    right = evaluate_heldout(
+        model, tok, task, max_new_tokens=6, samples=2, score=lambda r, a: float(r == str(a))
+    )
+    assert right.correct == sum(s.reply == str(s.answer) for s in right.samples)
 
 
 def test_eval_after_warm_start_is_repeatable(tiny_model_dir, tmp_path):

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from atroposlib.testing.api_process import free_port
 from atroposlib.testing.tiny_model import build_tiny_model
-from example_trainer.demo.heldout_eval import chat_prompt_ids, greedy_replies, load_causal_lm
+from example_trainer.demo.heldout_eval import chat_prompt_ids, chat_replies, load_causal_lm
 from example_trainer.inference.hf_generation import HfGenerator, build_app
 from example_trainer.inference.vllm_manager import VllmManager, VllmManagerConfig
 
@@ -78,7 +78,7 @@ def test_sampled_tokens_and_logprobs_match_the_model(client, generator, model_di
 def test_greedy_matches_transformers_generate(client, generator, model_dir):
     model, tokenizer = load_causal_lm(model_dir)
     questions = ["What is 3+4?", "What is 51+7?"]
-    expected = greedy_replies(
+    expected = chat_replies(
         model, tokenizer, [[{"role": "user", "content": q}] for q in questions], max_new_tokens=8
     )
     for question, want in zip(questions, expected, strict=True):
