@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_loop_survives_each_part_dying(tmp_path):
-    report = run_faults(tmp_path, steps=12, stop_seconds=15.0)
+    report = run_faults(tmp_path, steps=40, stop_seconds=15.0)
     print(report.table())
     assert [f.name for f in report.faults] == [
         "env_kill",
