@@ -20,15 +20,12 @@ option of ``tool_use_multiturn_server.py`` applies (``--env.dataset_path`` for l
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
-from contextvars import ContextVar
 from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.episodes import Episode, token_advantages
-from atroposlib.envs.groups import ScoredDataGroup
+from atroposlib.envs.episodes import Episode, standardised
 
 try:
     from environments.tool_use_multiturn_server import MultiTurnToolCallingEnv, MultiTurnToolUseConfig
@@ -67,16 +64,6 @@ class MTGRPOEnvConfig(MultiTurnToolUseConfig):
     )
 
 
-#: The episodes a ``collect_trajectories`` call played, collected by ``play`` (each call has its own list).
-_PLAYED: ContextVar[Optional[list[tuple[Any, Episode]]]] = ContextVar("turnlevel_played", default=None)
-
-
-def _standardised(values: Sequence[float]) -> list[float]:
-    """``values`` minus their mean over their population standard deviation (all 0.0 when they are equal)."""
-    mean, spread = statistics.fmean(values), statistics.pstdev(values)
-    return [(v - mean) / spread if spread > 1e-8 else 0.0 for v in values]
-
-
 def mt_grpo_advantages(
     turn_rewards: Sequence[Sequence[float]],
     outcomes: Sequence[float],
@@ -94,10 +81,10 @@ def mt_grpo_advantages(
     """
     if not outcomes or len(turn_rewards) != len(outcomes):
         raise ValueError(f"{len(turn_rewards)} episodes of turn rewards and {len(outcomes)} outcomes")
-    outcome_adv = _standardised([float(o) for o in outcomes])
+    outcome_adv = standardised([float(o) for o in outcomes])
     longest = max(len(rewards) for rewards in turn_rewards)
     turn_adv = [
-        _standardised([float(rewards[t]) if t < len(rewards) else 0.0 for rewards in turn_rewards])
+        standardised([float(rewards[t]) if t < len(rewards) else 0.0 for rewards in turn_rewards])
         for t in range(longest)
     ]
     return [
@@ -121,42 +108,17 @@ class MultiTurnToolUseTurnLevelAdvantageEnv(MultiTurnToolCallingEnv):
         base = MultiTurnToolCallingEnv.default_env_config()
         return MTGRPOEnvConfig(**base.model_dump(exclude_unset=True))
 
-    async def play(self, item: Any, *, evaluation: bool = False) -> Optional[tuple[Any, Episode]]:
-        played = await super().play(item, evaluation=evaluation)
-        sink = _PLAYED.get()
-        if played is not None and sink is not None:
-            sink.append(played)
-        return played
-
-    async def collect_trajectories(self, item: Any) -> tuple[Optional[ScoredDataGroup], list]:
-        """The base group, its ``advantages`` those of :func:`mt_grpo_advantages` when
-        ``turn_level_advantages`` is on. The base plays the episodes concurrently; each ``play`` adds its
-        episode to this call's list (a context variable: the group's tasks copy this call's context)."""
-        played: list[tuple[Any, Episode]] = []
-        token = _PLAYED.set(played)
-        try:
-            group, backlog = await super().collect_trajectories(item)
-        finally:
-            _PLAYED.reset(token)
-        if group is not None and self.config.turn_level_advantages:
-            group["advantages"] = self._token_advantages(item, played, group["tokens"])
-        return group, backlog
-
-    def _token_advantages(
-        self, item: Any, played: list[tuple[Any, Episode]], tokens: Sequence[Sequence[int]]
+    def turn_advantages(
+        self, item: Any, episodes: Sequence[Episode], outcomes: Sequence[float]
     ) -> list[list[float]]:
-        """Per-token advantages of the group's sequences (``tokens``, in the group's order)."""
-        per_turn = mt_grpo_advantages(
-            [episode.turn_rewards for _, episode in played],
-            [float(self.outcome_reward(session, episode)) for session, episode in played],
+        """:func:`mt_grpo_advantages` of the group playing ``item`` (its expected calls give the task's turns)."""
+        return mt_grpo_advantages(
+            [episode.turn_rewards for episode in episodes],
+            outcomes,
             len(item.expected),
             self.config.turn_level_advantage_lambda,
             self.config.turn_advantage_weight,
         )
-        by_tokens = {
-            tuple(e.tokens): token_advantages(e, row) for (_, e), row in zip(played, per_turn, strict=True)
-        }
-        return [by_tokens[tuple(sequence)] for sequence in tokens]
 
 
 if __name__ == "__main__":

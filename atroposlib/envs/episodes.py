@@ -258,7 +258,8 @@ async def run_episode(
 # ---------------------------------------------------------------------------------------------------------
 # Turn-level credit assignment
 # ---------------------------------------------------------------------------------------------------------
-def _normalised(values: Sequence[float]) -> list[float]:
+def standardised(values: Sequence[float]) -> list[float]:
+    """``values`` minus their mean, over their population standard deviation (all 0.0 when they are equal)."""
     mean = sum(values) / len(values)
     var = sum((v - mean) ** 2 for v in values) / len(values)
     std = math.sqrt(var)
@@ -284,12 +285,12 @@ def turn_level_advantages(
         raise ValueError(f"{len(turn_rewards)} episodes of turn rewards but {len(outcomes)} outcomes")
     if not outcomes:
         raise ValueError("an empty group has no advantages")
-    outcome_adv = _normalised([float(o) for o in outcomes])
+    outcome_adv = standardised([float(o) for o in outcomes])
     longest = max((len(r) for r in turn_rewards), default=0)
     norm = [[0.0] * len(r) for r in turn_rewards]
     for t in range(longest):
         reached = [i for i, r in enumerate(turn_rewards) if len(r) > t]
-        for i, value in zip(reached, _normalised([float(turn_rewards[i][t]) for i in reached]), strict=True):
+        for i, value in zip(reached, standardised([float(turn_rewards[i][t]) for i in reached]), strict=True):
             norm[i][t] = value
     result = []
     for i, row in enumerate(norm):

@@ -174,11 +174,19 @@ class MultiTurnEnv(IterCheckpoint, EvalReporting, BaseEnv):
                 self.train_metrics.setdefault(key, []).append(float(value))
         advantages = None
         if self.config.turn_level_advantages:
-            per_turn = turn_level_advantages(
-                [e.turn_rewards for e in episodes], outcomes, self.config.turn_advantage_weight
-            )
+            per_turn = self.turn_advantages(item, episodes, outcomes)
             advantages = [token_advantages(e, row) for e, row in zip(episodes, per_turn, strict=True)]
         return episodes_to_group(episodes, scores, advantages), []
+
+    def turn_advantages(
+        self, item: Any, episodes: Sequence[Episode], outcomes: Sequence[float]
+    ) -> list[list[float]]:
+        """One advantage per played turn of each episode of the group playing ``item`` (with
+        ``turn_level_advantages``): :func:`~atroposlib.envs.episodes.turn_level_advantages` of the turn
+        rewards and outcomes, weighted by ``turn_advantage_weight``. Override for another credit rule."""
+        return turn_level_advantages(
+            [e.turn_rewards for e in episodes], list(outcomes), self.config.turn_advantage_weight
+        )
 
     # -- evaluation -------------------------------------------------------------------------------------
     async def _eval_one(self, item: Any, sem: asyncio.Semaphore) -> Optional[dict[str, Any]]:
