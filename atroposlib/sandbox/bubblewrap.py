@@ -201,6 +201,7 @@ def build_command(
     extra_paths: Sequence[str],
     env: Mapping[str, str],
     uid: Optional[int],
+    devices: Sequence[str] = (),
 ) -> list[str]:
     """The host command line of one run.
 
@@ -208,8 +209,10 @@ def build_command(
     the program starts (so a failure of bwrap itself can be told from a failing program). ``files`` maps
     names in the work directory to inherited readable file descriptors whose contents are copied there.
     ``uid`` set: the two-level form for a root caller, the program running as that user id; None: one
-    ``bwrap`` as the caller.
+    ``bwrap`` as the caller. ``devices``: host device nodes (e.g. ``/dev/nvidia0``) made usable at the same
+    path inside; those that do not exist are left out.
     """
+    device_binds = [arg for path in devices for arg in ("--dev-bind-try", path, path)]
     bwrap_home = [] if _covered(tools.bwrap, SYSTEM_PATHS) else [tools.bwrap]
     layout = readonly_layout([*extra_paths, *bwrap_home], [])
     disk = str(limits.disk_mb * _MIB)
@@ -225,6 +228,7 @@ def build_command(
         "--new-session",
         "--proc", "/proc",
         "--dev", "/dev",
+        *device_binds,
         "--size", disk, "--perms", "1777", "--tmpfs", "/dev/shm",
         "--remount-ro", "/dev",
         "--size", disk, "--perms", "0755", "--tmpfs", WORK_DIR,
@@ -256,6 +260,7 @@ def build_command(
         # only where a fully visible proc is mounted, and bwrap's --proc covers parts of it.
         "--bind", "/proc", "/proc",
         "--dev", "/dev",
+        *device_binds,
         "--perms", "0755", "--dir", WORK_DIR,
         "--perms", "1777", "--dir", "/tmp",
         "--remount-ro", "/",

@@ -83,7 +83,9 @@ class Sandbox:
     subprocesses with the same rlimits and time limits but **no isolation at all**; it is logged as an
     error on creation. ``bwrap_path`` names the bwrap binary (default: ``bwrap`` on ``PATH``),
     ``python`` the interpreter of :meth:`run_python` (default: this one), ``extra_ro_paths`` more host
-    paths bound read-only, and ``uid_base`` the first of the user ids runs use when the caller is root.
+    paths bound read-only, ``devices`` host device nodes programs may use (e.g. the ``/dev/nvidia*`` nodes
+    of a GPU: none by default, the sandbox's ``/dev`` holding only ``null``, ``zero``, ``random`` and the
+    like), and ``uid_base`` the first of the user ids runs use when the caller is root.
 
     Creating a Sandbox checks nothing; call :meth:`check` once at start-up. A run whose sandbox fails to
     start raises :class:`SandboxError`.
@@ -98,6 +100,7 @@ class Sandbox:
         bwrap_path: Optional[str] = None,
         python: Optional[str] = None,
         extra_ro_paths: Sequence[str] = (),
+        devices: Sequence[str] = (),
         uid_base: int = DEFAULT_UID_BASE,
     ) -> None:
         if max_parallel is not None and max_parallel < 1:
@@ -108,6 +111,7 @@ class Sandbox:
         self.bwrap_path = bwrap_path
         self.python = python or sys.executable
         self.extra_ro_paths = [*python_paths(self.python), *extra_ro_paths]
+        self.devices = list(devices)
         self.uid_base = uid_base
         self._as_root = os.geteuid() == 0
         self._tools: Optional[Tools] = None
@@ -229,6 +233,7 @@ class Sandbox:
                 extra_paths=self.extra_ro_paths,
                 env={"PATH": _sandbox_path(self.python)},
                 uid=self.uid_base + slot if self._as_root else None,
+                devices=self.devices,
             )
             started = time.monotonic()
             process = await asyncio.create_subprocess_exec(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import glob
 import logging
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -75,6 +76,12 @@ def kernel_reward(result: KernelResult, compile_reward: float, speedup_weight: f
         return compile_reward
     speedup = result.speedup
     return 1.0 + (speedup_weight * (speedup - 1.0) if speedup and speedup > 1.0 else 0.0)
+
+
+def gpu_device_nodes(device: str) -> list[str]:
+    """The host's NVIDIA device nodes a candidate needs on ``device`` (``cuda...``): ``/dev/nvidiactl``,
+    ``/dev/nvidia0``..., ``/dev/nvidia-uvm``, ``/dev/nvidia-caps``; none for ``cpu``."""
+    return sorted(glob.glob("/dev/nvidia*")) if device.startswith("cuda") else []
 
 
 class KernelBenchEnvConfig(SingleTurnEnvConfig):
@@ -162,7 +169,12 @@ class KernelBenchEnv(LocalServerDefaults, SingleTurnEnv):
             max_processes=512,
             max_open_files=4096,
         )
-        sandbox = Sandbox(cfg.sandbox_parallel, limits, extra_ro_paths=cfg.sandbox_extra_paths)
+        sandbox = Sandbox(
+            cfg.sandbox_parallel,
+            limits,
+            extra_ro_paths=cfg.sandbox_extra_paths,
+            devices=gpu_device_nodes(cfg.device),
+        )
         try:
             sandbox.check()
         except SandboxError as exc:

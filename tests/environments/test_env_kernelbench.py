@@ -13,6 +13,7 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 from atroposlib.envs.data_loading import DatasetError
 from atroposlib.sandbox import Sandbox, SandboxLimits
+from environments.kernelbench_env import kernelbench_env
 from environments.kernelbench_env.kernel_reply import extract_model_new
 from environments.kernelbench_env.kernel_runner import KernelResult, KernelRunner, RunnerSettings
 from environments.kernelbench_env.kernelbench_env import (
@@ -205,3 +206,12 @@ def test_process_scores_every_group_on_the_cpu_stand_in(scripted):
     for group in groups:
         assert sorted(group["scores"]) == [0.3, 1.0]
         assert all(m[-1]["content"].startswith("<think>rewrite</think>") for m in group["messages"])
+
+
+def test_scoring_on_cuda_binds_the_gpus_device_nodes_into_the_sandbox(monkeypatch):
+    nodes = ["/dev/nvidia0", "/dev/nvidia-uvm", "/dev/nvidiactl"]
+    monkeypatch.setattr(
+        kernelbench_env.glob, "glob", lambda pattern: nodes if pattern == "/dev/nvidia*" else []
+    )
+    assert kernelbench_env.gpu_device_nodes("cuda:1") == sorted(nodes)
+    assert kernelbench_env.gpu_device_nodes("cpu") == []

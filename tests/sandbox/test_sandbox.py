@@ -206,3 +206,25 @@ async def test_a_virtualenv_under_the_hosts_tmp_is_usable(tmp_path):
     assert result.exit_code == 0 and result.stdout.strip() == str(venv)
     writable = await box.run_python(f"open({str(venv / 'x')!r}, 'w')")
     assert writable.exit_code == 1 and "Read-only file system" in writable.stderr
+
+
+#: Character devices a host usually has and the sandbox's own /dev lacks (standing in for /dev/nvidia*).
+_HOST_ONLY_DEVICES = ("/dev/fuse", "/dev/kmsg", "/dev/loop-control", "/dev/tty0")
+
+_DEVICE_PROBE = """
+import os, stat, sys
+for path in sys.argv[1:]:
+    print(path, os.path.exists(path) and stat.S_ISCHR(os.stat(path).st_mode))
+"""
+
+
+async def test_devices_are_usable_only_when_given(sandbox):
+    device = next((d for d in _HOST_ONLY_DEVICES if os.path.exists(d)), None)
+    assert device is not None, f"this host has none of {_HOST_ONLY_DEVICES} to test device binds with"
+    missing = "/dev/nvidia-not-on-this-host"
+    plain = await sandbox.run([sandbox.python, "-c", _DEVICE_PROBE, device])
+    assert plain.exit_code == 0 and plain.stdout.split() == [device, "False"]
+    with_device = Sandbox(2, devices=[device, missing])
+    given = await with_device.run([with_device.python, "-c", _DEVICE_PROBE, device, missing])
+    assert given.exit_code == 0, given.stderr
+    assert given.stdout.split() == [device, "True", missing, "False"]  # a node the host lacks is left out
