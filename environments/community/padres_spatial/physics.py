@@ -14,10 +14,7 @@ from typing import Any
 import pybullet as p
 import pybullet_data
 
-try:
-    from environments.community.padres_spatial.scene import ObjectState, SpatialTask, Vector
-except ModuleNotFoundError:  # run as a script: this folder is on the path
-    from scene import ObjectState, SpatialTask, Vector
+from environments.community.padres_spatial.scene import ObjectState, SpatialTask, Vector
 
 GRAVITY = -9.8
 

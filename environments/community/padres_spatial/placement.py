@@ -14,10 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-try:
-    from environments.community.padres_spatial.scene import SpatialTask, Vector
-except ModuleNotFoundError:  # run as a script: this folder is on the path
-    from scene import SpatialTask, Vector
+from environments.community.padres_spatial.scene import SpatialTask, Vector
 
 #: (multiple of ``target_distance``, score) from the closest band out
 DISTANCE_BANDS = ((1.0, 0.8), (1.25, 0.6), (1.75, 0.4), (2.5, 0.2))

@@ -35,15 +35,11 @@ from atroposlib.envs.reply_fields import ReplyFields  # noqa: E402
 from atroposlib.envs.reporting import mean  # noqa: E402
 from atroposlib.envs.single_turn import SingleTurnEnv, SingleTurnEnvConfig  # noqa: E402
 from environments.community._judging.train_shares import TrainShares  # noqa: E402
+from environments.community.padres_spatial import scene  # noqa: E402
 from environments.community.padres_spatial.actions import parse_move  # noqa: E402
 from environments.community.padres_spatial.physics import settle_after_move  # noqa: E402
 from environments.community.padres_spatial.placement import Placement, placement  # noqa: E402
-from environments.community.padres_spatial.scene import (  # noqa: E402
-    SpatialTask,
-    generated_tasks,
-    original_task,
-    tasks_from_rows,
-)
+from environments.community.padres_spatial.scene import SpatialTask  # noqa: E402
 
 PROMPT = """Task: The {target} and the {reference} are on opposite sides of the YZ plane (their x coordinates \
 have different signs). Move the {target} next to the {reference}: onto the {reference}'s side of the YZ plane \
@@ -85,22 +81,22 @@ class SpatialEnvironmentMVPConfig(SingleTurnEnvConfig):
 
 
 class SpatialEnvironmentMVP(TrainShares, ReplyFields, DeclaredDefaults, SingleTurnEnv):
-    """Scores one move in a pybullet scene by where the objects end up (see the module docstring)."""
+    """Scores one move in a pybullet scene by where the objects end up (see the module docstring); an
+    evaluation move is correct (``correct_threshold``) when it reaches the target distance on the right side."""
 
     name = "padres_spatial"
+    correct_threshold = 1.0
     env_config_cls = SpatialEnvironmentMVPConfig
     config: SpatialEnvironmentMVPConfig
     default_env_values = dict(group_size=8, temperature=0.7, max_tokens=1024, max_token_length=2048)
-    #: an evaluation move is correct when it reaches the target distance on the right side
-    correct_threshold = 1.0
 
     def _tasks(self, path: Optional[str], count: int, seed: int, prefix: str) -> list[SpatialTask]:
         cfg = self.config
         if path:
-            return tasks_from_rows(read_local_rows(path), path)
+            return scene.tasks_from_rows(read_local_rows(path), path)
         if not cfg.randomize_scenes:
-            return [original_task(f"{prefix}_original", cfg.target_distance)]
-        return generated_tasks(count, seed, cfg.target_distance, prefix)
+            return [scene.original_task(f"{prefix}_original", cfg.target_distance)]
+        return scene.generated_tasks(count, seed, cfg.target_distance, prefix)
 
     async def setup(self) -> None:
         cfg = self.config
