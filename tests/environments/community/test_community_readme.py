@@ -122,6 +122,8 @@ def _responder(script: str) -> Callable[[Any, int], str]:
         return _test_module("test_quantum_hybrid")._responder
     if folder == "xitter_env":
         return _test_module("test_xitter_env")._responder
+    if folder == "pytorch_optimizer_coding":
+        return _test_module("test_pytorch_optimizer_coding")._responder
     if folder == "padres_spatial":
         return _test_module("test_padres_spatial")._responder
     if folder == "word_hunt":
