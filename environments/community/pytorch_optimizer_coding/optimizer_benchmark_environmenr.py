@@ -128,20 +128,20 @@ class OptimizerBenchmarkEnvConfig(SingleTurnEnvConfig):
     )
     num_train_tasks: int = Field(256, ge=1, description="generated training seeds")
     num_eval_tasks: int = Field(8, ge=1, description="generated evaluation seeds (disjoint from training)")
-    dataset_path: Optional[str] = Field(None, description="local tasks (architecture, seed)")
-    eval_dataset_path: Optional[str] = Field(None, description="local evaluation tasks")
     sandbox_memory_mb: int = Field(16384, ge=256, description="address space per process in MiB (torch)")
     sandbox_parallel: int = Field(2, ge=1, description="benchmarks run at once")
+    dataset_path: Optional[str] = Field(None, description="local tasks (architecture, seed)")
+    eval_dataset_path: Optional[str] = Field(None, description="local evaluation tasks")
 
 
 class OptimizerBenchmarkEnvironment(DeclaredDefaults, ReplyFields, SingleTurnEnv):
     """Rewards optimizer classes by how well they train a task's model against the baseline."""
 
     name = "pytorch_optimizer_coding"
+    default_env_values = dict(group_size=8, total_steps=1000, batch_size=16, steps_per_eval=100)
+    default_model = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
     env_config_cls = OptimizerBenchmarkEnvConfig
     config: OptimizerBenchmarkEnvConfig
-    default_model = "NousResearch/DeepHermes-3-Llama-3-8B-Preview"
-    default_env_values = dict(group_size=8, total_steps=1000, batch_size=16, steps_per_eval=100)
 
     def __init__(self, config: OptimizerBenchmarkEnvConfig, server_configs, slurm=False, testing=False):
         super().__init__(config, server_configs, slurm, testing)

@@ -68,14 +68,15 @@ def optimizer_reward(result: BenchmarkResult, compile_reward: float, progress_ca
 
 @dataclass(frozen=True)
 class BenchmarkSettings:
-    """The training run both optimizers get: epochs, minibatch size, data sizes, baseline."""
+    """The training run both optimizers get: epochs, minibatch size, data sizes, baseline (``adam`` or
+    ``sgd``) and its learning rate."""
 
-    epochs: int = 2
-    batch_size: int = 64
-    train_size: int = 2048
-    test_size: int = 1024
-    baseline: str = "adam"
-    baseline_lr: float = 1e-3
+    epochs: int
+    batch_size: int
+    train_size: int
+    test_size: int
+    baseline: str
+    baseline_lr: float
 
 
 class OptimizerRunner:

@@ -67,6 +67,7 @@ EDITS_IN_BACKWARD = MOMENTUM.replace(
 PATCHES_LOSS = MOMENTUM + "\ntorch.nn.functional.cross_entropy = lambda a, b, **k: (a * 0).sum()\n"
 CRASHES = MOMENTUM.replace("buf.mul_(", "undefined_name.mul_(")
 LIMITS = SandboxLimits(wall_seconds=120, cpu_seconds=120, memory_mb=16384, max_processes=256)
+SETTINGS = BenchmarkSettings(2, 64, 2048, 1024, "adam", 1e-2)  # the environment's defaults
 
 
 def block(code: str, tag: str = "python") -> str:
@@ -116,7 +117,7 @@ def test_the_reward_scales_with_progress_against_the_baseline():
 
 @pytest.fixture(scope="module")
 def runner() -> OptimizerRunner:
-    return OptimizerRunner(Sandbox(2, LIMITS), LIMITS, BenchmarkSettings(baseline_lr=1e-2))
+    return OptimizerRunner(Sandbox(2, LIMITS), LIMITS, SETTINGS)
 
 
 @pytest.mark.parametrize("architecture", ["mnist", "classification_small", "tabular"])
@@ -167,7 +168,7 @@ async def test_a_forged_report_and_an_early_exit_earn_nothing(runner):
 
 async def test_a_run_past_the_timeout_is_stopped():
     limits = SandboxLimits(wall_seconds=8, cpu_seconds=8, memory_mb=16384, max_processes=256)
-    slow = OptimizerRunner(Sandbox(1, limits), limits, BenchmarkSettings())
+    slow = OptimizerRunner(Sandbox(1, limits), limits, SETTINGS)
     loops = MOMENTUM.replace("buf = ", "while True:\n                    pass\n                buf = ")
     result = await slow.benchmark(loops, "HeavyBall", "tabular", 1)
     assert not result.ran and "limit" in result.error
