@@ -180,13 +180,6 @@ class APIServerConfig(ServerBaseline):
     )
 
 
-def _caller_cancelled() -> bool:
-    """True when the running task itself is being cancelled (not only a task it awaited)."""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)  # Python >= 3.11
-    return bool(cancelling()) if cancelling is not None else False
-
-
 def require_base_url(config: ServerBaseline, server_type: str) -> None:
     """ValueError unless ``config.base_url`` is set (self-hosted backends have no default URL)."""
     if not getattr(config, "base_url", None):
@@ -251,8 +244,10 @@ class APIServer(ABC):
         self._next_unhealthy_report = 0.0
         #: Set by :meth:`retire`: the server left its manager's list (e.g. it moved to another address).
         self.retired = False
-        #: Requests being sent or awaiting an answer (cancelled by :meth:`retire`).
-        self._in_flight: set[asyncio.Future[Any]] = set()
+        #: The tasks with a request to this server being sent or awaiting an answer; :meth:`retire` cancels
+        #: them (those it cancelled are in ``_cancelled_by_retire``) and their request fails over.
+        self._in_flight: set[asyncio.Task[Any]] = set()
+        self._cancelled_by_retire: set[asyncio.Task[Any]] = set()
 
     # -- health ------------------------------------------------------------------------------------
     @property
@@ -526,20 +521,28 @@ class APIServer(ABC):
             reraise=True,
             before_sleep=self._log_retry,
         )
-        attempts = asyncio.ensure_future(retrying(attempt_once))
-        self._in_flight.add(attempts)
+        # The request runs in the caller's task (its semaphore slot is taken before the caller yields, which
+        # the manager's routing relies on); retire() cancels that task, and the cancel becomes a failure here.
+        task = asyncio.current_task()
+        if task is not None:
+            self._in_flight.add(task)
         try:
-            result = await attempts
+            result = await retrying(attempt_once)
         except asyncio.CancelledError:
             self.failed_requests += 1
-            if self.retired and attempts.cancelled() and not _caller_cancelled():
+            if task is not None and task in self._cancelled_by_retire:
+                self._cancelled_by_retire.discard(task)
+                uncancel = getattr(task, "uncancel", None)  # Python >= 3.11 counts pending cancels
+                if uncancel is not None:
+                    uncancel()
                 raise ServerUnavailableError(f"{self._describe()} was retired while a request ran") from None
             raise
         except BaseException:
             self.failed_requests += 1
             raise
         finally:
-            self._in_flight.discard(attempts)
+            if task is not None:
+                self._in_flight.discard(task)
         elapsed = time.monotonic() - (stats["start"] or time.monotonic())
         if is_train:
             self.request_timings.append(elapsed)
@@ -598,8 +601,9 @@ class APIServer(ABC):
         already sent, fail now with :class:`ServerUnavailableError` (a server that moved away may never answer
         at its old address, or something else may hold it)."""
         self.retired = True
-        for request in list(self._in_flight):
-            request.cancel()
+        for task in list(self._in_flight):
+            self._cancelled_by_retire.add(task)
+            task.cancel()
         self.initialized = True  # no new health check on a later request either
         task, self.check_task = self.check_task, None
         if task is not None and not task.done():

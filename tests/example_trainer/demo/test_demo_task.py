@@ -90,7 +90,7 @@ def test_another_task_is_loaded_from_its_file_and_evaluated_with_its_scorer(tmp_
     assert isinstance(task, DemoTask) and task.settings == {"level": 2}
     replies = iter(["a", "x", "c"])  # what the "model" answers to the three held-out items
     monkeypatch.setattr(
-        heldout_eval, "greedy_replies", lambda model, tok, prompts, **kw: [next(replies) for _ in prompts]
+        heldout_eval, "chat_replies", lambda model, tok, prompts, **kw: [next(replies) for _ in prompts]
     )
     result = evaluate_heldout(object(), None, task)
     assert (result.correct, result.total) == (2, 3)
