@@ -118,7 +118,7 @@ class InferenceSync:
         try:
             self._current_broadcaster().send(named, wait=wait)
         except WeightBroadcastError as exc:
-            self.check()
+            self._settle_after_failure()
             if self._members() == self._group_members:
                 raise
             logger.warning(
@@ -126,6 +126,14 @@ class InferenceSync:
             )
             self._current_broadcaster().send(named, wait=wait)
         return time.perf_counter() - start
+
+    def _settle_after_failure(self, grace: float = 5.0) -> None:
+        """After a failed hand-off: a local server killed a moment ago may not have exited yet; give it
+        ``grace`` seconds to, then restart it if it did (:meth:`check`)."""
+        deadline = time.monotonic() + grace
+        while self.manager is not None and not self.manager.exited() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.check()
 
     def _members(self) -> tuple[Any, ...]:
         return (*self.server_root_urls, self.manager.pid if self.manager is not None else None)
@@ -155,6 +163,12 @@ class InferenceSync:
             )  # fmt: skip
             self._group_members = members
         return self.broadcaster
+
+    def before_weights_change(self) -> None:
+        """Call before an optimizer step changes the weights: waits until a background hand-off
+        (``--weight-broadcast-async``) has taken its snapshot of them."""
+        if self.broadcaster is not None:
+            self.broadcaster.wait_packed()
 
     def wait_for_refresh(self) -> None:
         """Block until the last (background) weight hand-off is served."""

@@ -305,6 +305,10 @@ class VllmManager:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    def exited(self) -> bool:
+        """Whether the server process was started and has exited (without restarting it)."""
+        return self._proc is not None and self._proc.poll() is not None
+
     @property
     def launches(self) -> int:
         """How many times a server process was started."""
