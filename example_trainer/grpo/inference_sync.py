@@ -164,12 +164,6 @@ class InferenceSync:
             self._group_members = members
         return self.broadcaster
 
-    def before_weights_change(self) -> None:
-        """Call before an optimizer step changes the weights: waits until a background hand-off
-        (``--weight-broadcast-async``) has taken its snapshot of them."""
-        if self.broadcaster is not None:
-            self.broadcaster.wait_packed()
-
     def wait_for_refresh(self) -> None:
         """Block until the last (background) weight hand-off is served."""
         if self.broadcaster is not None:

@@ -293,9 +293,8 @@ class TrainingRun:
         """One optimizer step on ``batch``; the step counter advances and the batch awaits its ack."""
         config = self.config
         metrics = run_training_step(
-            self.model, self.optimizer, batch.prepared, config, self.state.step, self.ref_model, dist=self.ctx,
-            before_update=self.inference.before_weights_change,
-        )  # fmt: skip
+            self.model, self.optimizer, batch.prepared, config, self.state.step, self.ref_model, dist=self.ctx
+        )
         if self.shared and config.device.startswith("cuda"):
             torch.cuda.synchronize()  # the server's next forward pass reads the finished update
         self.state.step += 1

@@ -313,11 +313,8 @@ def run_training_step(
     ref_model: Any | None = None,
     dist: DistContext | None = None,
     share_prefixes: bool | None = None,
-    before_update: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """Train on one API batch and take one optimizer step; returns averaged metrics.
-
-    ``before_update`` is called once the gradients are in, right before the optimizer changes the weights.
 
     ``step`` is the 0-based index of this optimizer step (it sets the warmup LR). Each sequence's loss
     counts ``1 / N`` of the batch of ``N`` sequences, so the update is the same whatever the micro-batch
@@ -373,8 +370,6 @@ def run_training_step(
             out.loss.backward()
         sums.add(out)
         del out
-    if before_update is not None:
-        before_update()  # e.g. a background weight hand-off still copying the weights
     grad_norm = _optimizer_step(optimizer, config, ctx.device)
     sums.sums, sums.computed, sums.total_loss = gather_step_sums(
         ctx, sums.sums, sums.computed, sums.total_loss

@@ -23,7 +23,7 @@ import logging
 import socket
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import torch
@@ -201,7 +201,6 @@ class WeightBroadcaster:
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(32, len(self.root_urls))))
         self._transfer_pool = ThreadPoolExecutor(max_workers=1)
         self._pending: Any = None
-        self._packed: Any = None  #: set once the last hand-off's tensors are in its send buckets
 
     def connect(self) -> None:
         """Form the group: every server joins (over HTTP) while this process hosts the rendezvous."""
@@ -227,46 +226,23 @@ class WeightBroadcaster:
     def send(self, named: Sequence[tuple[str, torch.Tensor]], wait: bool = True) -> float:
         """Hand ``named`` tensors to every server; returns the seconds the caller was held.
 
-        ``wait=False``: returns at once; the tensors are copied into the send buckets in the background
-        (a snapshot), then broadcast and loaded by the servers. The caller must not change the tensors
-        before :meth:`wait_packed` returns (call it before the next optimizer step); the next :meth:`send`
-        or :meth:`wait` waits for the whole hand-off (and raises its error, if any).
+        ``wait=False``: returns once the tensors are copied into the send buckets (a snapshot: the caller may
+        change them right away); the broadcast and the servers' loading go on in the background, and the
+        next :meth:`send` or :meth:`wait` waits for them (and raises their error, if any).
         """
         start = time.perf_counter()
         self.wait()
         if self.group is None:
             self.connect()
         specs = tensor_specs(named)
-        packed: Future[list[torch.Tensor]] = Future()
-        self._packed = packed
-        self._pending = self._transfer_pool.submit(self._pack_and_transfer, named, specs, packed)
+        buckets = pack(named, self.device)
+        self._pending = self._transfer_pool.submit(self._transfer, specs, buckets)
         if wait:
             self.wait()
         return time.perf_counter() - start
 
-    def wait_packed(self) -> float:
-        """Block until the last hand-off's snapshot is taken (the tensors may change after it); returns the
-        seconds waited. Raises the packing's error, if any."""
-        start = time.perf_counter()
-        packed, self._packed = self._packed, None
-        if packed is not None:
-            packed.result()
-        return time.perf_counter() - start
-
-    def _pack_and_transfer(
-        self, named: Sequence[tuple[str, torch.Tensor]], specs: list[dict[str, Any]], packed: Future[Any]
-    ) -> None:
-        try:
-            buckets = pack(named, self.device)
-        except BaseException as exc:
-            packed.set_exception(exc)
-            raise
-        packed.set_result(None)
-        self._transfer(specs, buckets)
-
     def wait(self) -> None:
         """Block until the last hand-off is served everywhere; raises its error."""
-        self._packed = None
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
@@ -292,7 +268,7 @@ class WeightBroadcaster:
     def abandon(self) -> None:
         """Drop the group without waiting for a hand-off in flight (a member died: it would never end);
         an unfinished transfer ends with the group's timeout at the latest."""
-        self.group, self._pending, self._packed = None, None, None
+        self.group, self._pending = None, None
         self._transfer_pool.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
