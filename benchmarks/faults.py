@@ -56,11 +56,14 @@ from atroposlib.envs.server_handling.servers_file import read_servers_file  # no
 from atroposlib.testing.api_process import ApiProcess, free_port  # noqa: E402
 from atroposlib.utils.processes import ServiceProcess  # noqa: E402
 from benchmarks.batch_gate import BatchGate  # noqa: E402
+from example_trainer.demo.config import DemoConfig  # noqa: E402
 from example_trainer.inference.server_lifetime import ServerPidFile  # noqa: E402
 
 ENV_SCRIPT = REPO_ROOT / "environments" / "arithmetic_server.py"
+#: The CPU demo's settings (its task, warm start and cache), with a smaller held-out split.
+DEMO = DemoConfig(eval_size=200)
 #: The task of both environments, the warm start and the held-out evaluation.
-TASK = {"min_digits": 1, "max_digits": 2, "operations": ["+"], "seed": 0, "eval_size": 200}
+TASK = DEMO.task_settings()
 CHILD_ENV = {
     "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -517,12 +520,11 @@ def hold_port(port: int, timeout: float) -> socket.socket:
 
 
 def warm_model() -> Path:
-    """The tiny local model after a short supervised warm start on :data:`TASK` (cached)."""
-    from atroposlib.testing.tiny_model import build_tiny_model, default_cache_dir
-    from example_trainer.demo.sft_warmstart import SftSettings, warm_start
+    """The tiny local model after the CPU demo's supervised warm start on :data:`TASK` (its cache entry)."""
+    from atroposlib.testing.tiny_model import build_tiny_model
+    from example_trainer.demo.sft_warmstart import warm_start
 
-    settings = SftSettings(steps=450, batch_size=64, lr=1e-3, warmup_steps=100)  # the CPU demo's
-    model_dir, _ = warm_start(build_tiny_model(), TASK, settings, default_cache_dir() / "demo")
+    model_dir, _ = warm_start(build_tiny_model(), TASK, DEMO.sft_settings(), DEMO.resolved_cache_dir())
     return Path(model_dir)
 
 
@@ -530,13 +532,18 @@ def warm_model() -> Path:
 HELDOUT_SAMPLES = 8
 
 
-def heldout_accuracy(model_dir: Path, samples: int = 0) -> float:
-    """Accuracy on :data:`TASK`'s held-out split (never among the environments' training problems): greedy,
-    or the mean over ``samples`` seeded replies per problem at temperature 1.0."""
+def heldout_accuracies(model_dir: Path) -> tuple[float, float]:
+    """(sampled, greedy) accuracy on :data:`TASK`'s held-out split (never among the environments' training
+    problems): the mean over :data:`HELDOUT_SAMPLES` seeded replies per problem at temperature 1.0, and the
+    greedy reply's; the model is loaded once."""
     from environments.arithmetic_server import ArithmeticTask
-    from example_trainer.demo.heldout_eval import evaluate_model_dir
+    from example_trainer.demo.heldout_eval import evaluate_heldout, load_causal_lm
 
-    return evaluate_model_dir(model_dir, ArithmeticTask(**TASK), max_new_tokens=8, samples=samples).accuracy
+    model, tokenizer = load_causal_lm(model_dir)
+    task = ArithmeticTask(**TASK)
+    sampled = evaluate_heldout(model, tokenizer, task, max_new_tokens=8, samples=HELDOUT_SAMPLES)
+    greedy = evaluate_heldout(model, tokenizer, task, max_new_tokens=8)
+    return sampled.accuracy, greedy.accuracy
 
 
 def run_faults(
@@ -551,14 +558,16 @@ def run_faults(
     finally:
         run.stop()
     final = run.ckpt / "final_model"
-    before, after = (heldout_accuracy(m, HELDOUT_SAMPLES) if final.is_dir() else 0.0 for m in (model, final))
+    before, greedy_before = heldout_accuracies(model)
+    after, greedy_after = heldout_accuracies(final) if final.is_dir() else (0.0, 0.0)
     report.checks["held-out accuracy rises"] = (
         after > before,
         f"{before:.3f} -> {after:.3f} ({TASK['eval_size']} problems x {HELDOUT_SAMPLES} sampled replies)",
     )
     if final.is_dir():
-        greedy = f"{heldout_accuracy(model):.3f} -> {heldout_accuracy(final):.3f}"
-        report.measures["held-out accuracy, greedy"] = f"{greedy} ({TASK['eval_size']} problems)"
+        report.measures["held-out accuracy, greedy"] = (
+            f"{greedy_before:.3f} -> {greedy_after:.3f} ({TASK['eval_size']} problems)"
+        )
     rewards = [h.get("train/kept_reward_mean", 0.0) for h in report.history]
     half = max(1, len(rewards) // 2)
     report.measures["batch reward"] = (

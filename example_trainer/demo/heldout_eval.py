@@ -161,11 +161,11 @@ def evaluate_heldout(
         samples=samples,
         temperature=temperature,
     )
-    per_item = max(1, samples)
+    per_item = max(1, samples)  # each problem's replies are next to each other
+    answered = [(items[i // per_item], reply) for i, reply in enumerate(replies)]
     graded = [
         EvalSample(item.question, item.answer, reply, score(reply, item.answer) == 1.0)
-        for i, reply in enumerate(replies)
-        for item in (items[i // per_item],)
+        for item, reply in answered
     ]
     return EvalResult(correct=sum(s.correct for s in graded), total=len(graded), samples=graded)
 

@@ -145,7 +145,8 @@ class TrainingRun:
     :meth:`next_batch`, :meth:`train_step`, :meth:`log_step`, :meth:`due_after`, :meth:`checkpoint`,
     :meth:`acknowledge`, :meth:`refresh_weights` (its timings through :meth:`log_refresh`), :meth:`evaluate`;
     :meth:`finish` at the end, however the run ends. A step's record is written before the checkpoint that
-    holds the step, so a crash never leaves a trained, checkpointed step without its record. Rank 0 alone talks to the API, refreshes the servers, writes checkpoints and metrics.
+    holds the step, so a crash never leaves a trained, checkpointed step without its record. Rank 0 alone talks
+    to the API, refreshes the servers, writes checkpoints and metrics.
     """
 
     def __init__(

@@ -277,6 +277,4 @@ class WeightBroadcaster:
             self.wait()
         except Exception as exc:  # noqa: BLE001 - closing; the error was the last hand-off's
             logger.warning("the last weight hand-off failed: %s", exc)
-        self.group = None
-        self._transfer_pool.shutdown(wait=False, cancel_futures=True)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.abandon()  # nothing is in flight any more
