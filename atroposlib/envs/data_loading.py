@@ -10,6 +10,7 @@ naming the file, the row and the field, and an empty set is an error rather than
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -130,3 +131,15 @@ def hub_split(name: str, split: str, config: Optional[str] = None, **kwargs: Any
         return load_dataset(name, config, split=split, **kwargs)
 
     return load
+
+
+def seeded_split(
+    items: Sequence[Any], seed: int, train_share: float = 0.8, min_eval: int = 1
+) -> tuple[list[Any], list[Any]]:
+    """``(training, evaluation)``: ``items`` shuffled by ``random.Random(seed)`` (``items`` itself is left as it
+    is), the first ``train_share`` of them (at least one) for training and the rest for evaluation; when that
+    leaves nothing to evaluate on, the last ``min_eval`` shuffled items are held out as well as trained on."""
+    shuffled = list(items)
+    random.Random(seed).shuffle(shuffled)
+    cut = max(1, int(len(shuffled) * train_share))
+    return shuffled[:cut], shuffled[cut:] or shuffled[-min_eval:]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows, read_local_rows
+from atroposlib.envs.data_loading import DatasetError, hub_split, load_rows, read_local_rows, seeded_split
 from tests.helpers.single_turn_runs import write_jsonl
 
 
@@ -54,3 +54,16 @@ def test_hub_failure_suggests_a_local_file(monkeypatch):
 def test_hub_rows_are_checked_and_limited():
     rows = load_rows(None, lambda: [{"a": i} for i in range(5)], required=["a"], hub_name="h", limit=2)
     assert rows == [{"a": 0}, {"a": 1}]
+
+
+def test_seeded_split_holds_out_a_fifth_the_same_way_for_a_seed():
+    items = list(range(10))
+    train, test = seeded_split(items, seed=42)
+    assert len(train) == 8 and len(test) == 2 and sorted(train + test) == items
+    assert items == list(range(10))  # the caller's list is not shuffled
+    assert seeded_split(items, seed=42) == (train, test)
+    assert seeded_split(items, seed=7) != (train, test)
+    # nothing left to hold out: the last shuffled ones are evaluated on as well as trained on
+    assert seeded_split([5], seed=0) == ([5], [5])
+    all_train, kept = seeded_split([1, 2, 3, 4], seed=0, train_share=1.0, min_eval=2)
+    assert len(all_train) == 4 and kept == all_train[-2:]

@@ -24,7 +24,6 @@ split; seeded 80/20 split, training order shuffled when ``shuffle_dataset``. ``-
 from __future__ import annotations
 
 import asyncio
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -32,7 +31,14 @@ from typing import Any, Optional
 from pydantic import Field
 
 from atroposlib.envs.base import BaseEnv, BaseEnvConfig, ScoredDataGroup
-from atroposlib.envs.data_loading import DatasetError, check_rows, hub_split, load_rows, read_local_rows
+from atroposlib.envs.data_loading import (
+    DatasetError,
+    check_rows,
+    hub_split,
+    load_rows,
+    read_local_rows,
+    seeded_split,
+)
 from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.reporting import EvalReporting, IterCheckpoint, mean
 from atroposlib.evals.judge import failure_metrics
@@ -147,11 +153,9 @@ class ConversationalStyleDPOEnv(PolicyJudgeMixin, DeclaredDefaults, IterCheckpoi
         if cfg.eval_dataset_path:
             self.train, self.test = pairs, self._pairs(cfg.eval_dataset_path)
         else:
-            random.Random(cfg.split_seed).shuffle(pairs)
-            cut = max(1, int(len(pairs) * 0.8))
-            self.train, self.test = pairs[:cut], pairs[cut:] or pairs[-1:]
+            self.train, self.test = seeded_split(pairs, cfg.split_seed)
         if not cfg.shuffle_dataset:  # the file's order
-            order = {pair: index for index, pair in enumerate(self._pairs(cfg.dataset_path))}
+            order = {pair: index for index, pair in enumerate(pairs)}
             self.train.sort(key=lambda pair: order.get(pair, len(order)))
 
     async def get_next_item(self) -> PreferencePair:

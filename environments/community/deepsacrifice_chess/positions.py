@@ -8,7 +8,6 @@ move's aggression / brilliance from 1 to 10 and say whether a sacrifice is justi
 from __future__ import annotations
 
 import json
-import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from typing import Any, Optional
 
 import chess
 
-from atroposlib.envs.data_loading import DatasetError, check_rows
+from atroposlib.envs.data_loading import DatasetError, check_rows, seeded_split
 from atroposlib.utils.replies import answer_section
 from environments.community.deepsacrifice_chess.sacrifice import MoveAnalysis, analyse_move, reply_move
 
@@ -77,10 +76,7 @@ def positions_from_rows(rows: Sequence[dict[str, Any]], source: str) -> list[Che
 def split_positions(positions: list[ChessPosition], seed: int) -> tuple[list, list]:
     """``(training, evaluation)`` positions: 80/20 after a shuffle seeded by ``seed`` (one position held out
     at least)."""
-    shuffled = list(positions)
-    random.Random(seed).shuffle(shuffled)
-    cut = max(1, int(len(shuffled) * 0.8))
-    return shuffled[:cut], shuffled[cut:] or shuffled[-1:]
+    return seeded_split(positions, seed)
 
 
 def play(reply: str, position: ChessPosition) -> Optional[MoveAnalysis]:

@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 from pydantic import Field
 
-from atroposlib.envs.data_loading import DatasetError, read_local_rows
+from atroposlib.envs.data_loading import DatasetError, read_local_rows, seeded_split
 from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.env_config import ORIGINAL_DUMP_AND_LOG_KEYS
 from atroposlib.envs.reporting import mean
@@ -164,9 +164,7 @@ class EVMEnv(DeclaredDefaults, SingleTurnEnv):
         if cfg.eval_dataset_path:
             self.train, self.test = tasks, self._tasks(cfg.eval_dataset_path)
         else:
-            random.Random(cfg.split_seed).shuffle(tasks)
-            cut = max(1, int(len(tasks) * 0.8))
-            self.train, self.test = tasks[:cut], tasks[cut:] or tasks[-1:]
+            self.train, self.test = seeded_split(tasks, cfg.split_seed)
         for task in self.train:
             self.train_by_type.setdefault(task.question_type, []).append(task)
         self.performance = {qtype: [] for qtype in self.train_by_type}

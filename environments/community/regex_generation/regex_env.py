@@ -23,7 +23,6 @@ Data: the 27 shipped problems (``regex_problems.jsonl``: easy, medium and hard),
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import Any, Optional
 import regex
 from pydantic import Field
 
-from atroposlib.envs.data_loading import DatasetError, check_rows, read_local_rows
+from atroposlib.envs.data_loading import DatasetError, check_rows, read_local_rows, seeded_split
 from atroposlib.envs.declared_defaults import DeclaredDefaults
 from atroposlib.envs.reply_fields import ReplyFields
 from atroposlib.envs.reporting import mean
@@ -187,9 +186,7 @@ class RegexEnv(DeclaredDefaults, ReplyFields, SingleTurnEnv):
         if cfg.eval_dataset_path:
             self.train, self.test = problems, self._problems(cfg.eval_dataset_path)
             return
-        random.Random(cfg.split_seed).shuffle(problems)
-        cut = max(1, int(len(problems) * 0.8))
-        self.train, self.test = problems[:cut], problems[cut:] or problems[-2:]
+        self.train, self.test = seeded_split(problems, cfg.split_seed, min_eval=2)
 
     def prompt_messages(self, item: RegexProblem) -> list[dict[str, str]]:
         return [
