@@ -11,9 +11,10 @@ state in this process:
   optimizer state, RNG) and waiting for the server's in-place reload of it (``/bridge/update_weights``);
 * ``broadcast`` (after, ``--refresh-mode broadcast``): the weights sent over a gloo group into the server,
   waiting until it serves them;
-* ``broadcast async`` (after, ``--weight-broadcast-async``): the trainer is held only while the weights
-  are copied into the send buffer; the transfer overlaps the next step, so the time lost is that copy plus
-  how much longer the next step took than a step alone.
+* ``broadcast async`` (after, ``--weight-broadcast-async``): the weights are sent from the parameters
+  themselves while the next step computes its gradients, and that step's optimizer update waits until they
+  are sent; the time lost is the time ``send`` held the trainer plus how much longer the overlapping step
+  took than a step alone.
 
 Every hand-off is checked: the server's logprobs of its greedy continuation of a fixed prompt must equal the
 trainer model's (1e-5) afterwards.
@@ -67,10 +68,11 @@ def measure_shape(shape: str, work: Path, batch: int, seq: int, repeats: int) ->
     params = sum(p.numel() for p in model.parameters())
     ids = torch.randint(5, min(800, model.config.vocab_size), (batch, seq))
 
-    def step() -> float:
+    def step(before_update=lambda: None) -> float:
         start = time.perf_counter()
         model(input_ids=ids, labels=ids).loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        before_update()  # the trainer's optimizer pre-hook
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return time.perf_counter() - start
@@ -105,9 +107,9 @@ def measure_shape(shape: str, work: Path, batch: int, seq: int, repeats: int) ->
             lost, overlapped = [], []
             for _ in range(repeats):
                 step()
-                held = sender.send(unique_named_tensors(model), wait=False)
                 snapshot = {n: t.detach().clone() for n, t in model.state_dict().items()}
-                next_step = step()  # overlaps the transfer
+                held = sender.send(unique_named_tensors(model), wait=False)
+                next_step = step(sender.wait_sent)  # overlaps the transfer
                 sender.wait()
                 overlapped.append(next_step)
                 lost.append(held + max(0.0, next_step - out["step_s"]))

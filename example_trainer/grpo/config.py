@@ -208,9 +208,9 @@ class TrainingConfig(BaseModel):
     )
     weight_broadcast_async: bool = Field(
         False,
-        description="--refresh-mode broadcast: the trainer goes on with its next step once the weights are "
-        "copied into the send buffers; the servers take them a moment later (rollouts of that moment come "
-        "from the previous weights, as their policy step records)",
+        description="--refresh-mode broadcast: the trainer goes on with its next step at once; the weights are "
+        "sent while it computes that step's gradients, and its optimizer step waits until they are sent "
+        "(rollouts of that moment come from the previous weights, as their policy step records)",
     )
     weight_broadcast_host: str | None = Field(
         None,

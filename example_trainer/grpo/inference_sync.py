@@ -164,6 +164,12 @@ class InferenceSync:
             self._group_members = members
         return self.broadcaster
 
+    def wait_until_sent(self) -> None:
+        """Block until the last (background) weight hand-off no longer reads the model's tensors: what the
+        optimizer waits for before it changes them (``--weight-broadcast-async``)."""
+        if self.broadcaster is not None:
+            self.broadcaster.wait_sent()
+
     def wait_for_refresh(self) -> None:
         """Block until the last (background) weight hand-off is served."""
         if self.broadcaster is not None:

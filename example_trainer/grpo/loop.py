@@ -230,6 +230,8 @@ class TrainingRun:
         # FSDP replaces the parameters with sharded ones: the optimizer is built over those
         self.model = wrap_model(model, ctx, config.distributed_strategy)
         self.optimizer = create_optimizer(trainable_parameters(unwrap_model(self.model)), config)
+        if config.weight_broadcast_async:  # the weights are sent from the parameters themselves
+            self.optimizer.register_step_pre_hook(lambda *_: self.inference.wait_until_sent())
         start_step, extra = 0, {}
         if self.resume_dir is not None:
             loaded = load_training_state(self.resume_dir, self.optimizer, unwrap_model(self.model))

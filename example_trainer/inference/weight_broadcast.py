@@ -3,9 +3,10 @@
 The trainer (rank 0) and every inference server (ranks 1..N; one rank per server) form a
 ``torch.distributed`` process group of their own, separate from any group the trainer trains in: gloo
 (CPU memory, any machines that reach each other over TCP) or NCCL (GPU memory, each rank on its own GPU).
-A refresh packs the weights into one flat bucket per dtype, tells every server which tensors the buckets
-hold (``POST /bridge/receive_weights``), and broadcasts the buckets; each server unpacks them and loads
-them in place (vLLM: ``reload_weights`` with the received tensors; the hf server: into its spare copy),
+A refresh tells every server which tensors come (``POST /bridge/receive_weights``: names, shapes, dtypes)
+and broadcasts them one by one, straight from the trainer's own tensors (staged through CPU memory only
+where gloo sends a GPU tensor); each server receives them into one flat bucket per dtype and loads them in
+place (vLLM: ``reload_weights`` with the received tensors; the hf server: into its spare copy),
 exactly as if they had been read from a checkpoint, but without writing or reading one.
 
 Server routes (``example_trainer.inference.vllm_api_server`` and ``example_trainer.inference.hf_generation``):
@@ -21,6 +22,7 @@ from __future__ import annotations
 import datetime
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -62,19 +64,11 @@ def unique_named_tensors(model: Any) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
-def pack(named: Sequence[tuple[str, torch.Tensor]], device: torch.device | str) -> list[torch.Tensor]:
-    """One flat bucket per dtype (in order of first appearance) on ``device`` holding ``named``'s tensors."""
-    order: dict[torch.dtype, list[torch.Tensor]] = {}
-    for _, tensor in named:
-        order.setdefault(tensor.dtype, []).append(tensor.detach().reshape(-1))
-    with torch.no_grad():
-        return [torch.cat([t.to(device) for t in parts]) for parts in order.values()]
-
-
 def unpack(
     specs: Sequence[dict[str, Any]], buckets: Sequence[torch.Tensor]
 ) -> list[tuple[str, torch.Tensor]]:
-    """The tensors of ``specs`` as views into ``buckets`` (laid out by :func:`pack`)."""
+    """The tensors of ``specs`` as views into ``buckets`` (laid out by :func:`bucket_layout`: each dtype's
+    tensors one after another, in the order of ``specs``)."""
     by_dtype = {b.dtype: b for b in buckets}
     offsets: dict[torch.dtype, int] = {}
     out = []
@@ -91,7 +85,7 @@ def unpack(
 
 
 def bucket_layout(specs: Sequence[dict[str, Any]]) -> list[tuple[torch.dtype, int]]:
-    """(dtype, elements) of each bucket, in the order :func:`pack` makes them."""
+    """(dtype, elements) of each bucket: one per dtype, in order of first appearance in ``specs``."""
     sizes: dict[torch.dtype, int] = {}
     for spec in specs:
         n = 1
@@ -150,8 +144,8 @@ class WeightReceiver:
             raise WeightBroadcastError("no weight group: POST /bridge/init_weight_group first")
         transfer = torch.device(device) if self.backend == "nccl" else torch.device("cpu")
         buckets = [torch.empty(n, dtype=dtype, device=transfer) for dtype, n in bucket_layout(specs)]
-        for bucket in buckets:
-            broadcast(self.group, bucket)
+        for _, view in unpack(specs, buckets):  # one collective per tensor, in the sender's order
+            broadcast(self.group, view)
         if transfer != torch.device(device):
             buckets = [b.to(device) for b in buckets]
         self.received += 1
@@ -178,7 +172,8 @@ class WeightBroadcaster:
     """The trainer's end: one group with the servers at ``root_urls``; :meth:`send` hands them new weights.
 
     ``host`` is the address the servers reach the trainer at (127.0.0.1 for servers on this machine).
-    ``device``: where the buckets are packed (the trainer's device for NCCL; CPU memory for gloo).
+    ``device``: where the tensors travel from (the trainer's device for NCCL; CPU memory for gloo, a GPU
+    tensor being copied there one at a time).
     """
 
     def __init__(
@@ -201,6 +196,7 @@ class WeightBroadcaster:
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(32, len(self.root_urls))))
         self._transfer_pool = ThreadPoolExecutor(max_workers=1)
         self._pending: Any = None
+        self._sent: threading.Event | None = None
 
     def connect(self) -> None:
         """Form the group: every server joins (over HTTP) while this process hosts the rendezvous."""
@@ -226,20 +222,28 @@ class WeightBroadcaster:
     def send(self, named: Sequence[tuple[str, torch.Tensor]], wait: bool = True) -> float:
         """Hand ``named`` tensors to every server; returns the seconds the caller was held.
 
-        ``wait=False``: returns once the tensors are copied into the send buckets (a snapshot: the caller may
-        change them right away); the broadcast and the servers' loading go on in the background, and the
-        next :meth:`send` or :meth:`wait` waits for them (and raises their error, if any).
+        The tensors are sent as they are, without a copy. ``wait=False``: returns at once; the broadcast
+        reads the tensors in the background, so they must not change until :meth:`wait_sent` returns (the
+        trainer's optimizer step waits for it), and the servers' loading goes on after that. The next
+        :meth:`send` or :meth:`wait` waits for both (and raises their error, if any).
         """
         start = time.perf_counter()
         self.wait()
         if self.group is None:
             self.connect()
-        specs = tensor_specs(named)
-        buckets = pack(named, self.device)
-        self._pending = self._transfer_pool.submit(self._transfer, specs, buckets)
+        tensors = [tensor.detach() for _, tensor in named]
+        self._sent = sent = threading.Event()
+        self._pending = self._transfer_pool.submit(self._transfer, tensor_specs(named), tensors, sent)
         if wait:
             self.wait()
         return time.perf_counter() - start
+
+    def wait_sent(self) -> None:
+        """Block until the last hand-off no longer reads the sent tensors (sent, or failed); its error, if
+        any, is raised by the next :meth:`send` or :meth:`wait`."""
+        sent = self._sent
+        if sent is not None:
+            sent.wait()
 
     def wait(self) -> None:
         """Block until the last hand-off is served everywhere; raises its error."""
@@ -247,7 +251,9 @@ class WeightBroadcaster:
         if pending is not None:
             pending.result()
 
-    def _transfer(self, specs: list[dict[str, Any]], buckets: list[torch.Tensor]) -> None:
+    def _transfer(
+        self, specs: list[dict[str, Any]], tensors: list[torch.Tensor], sent: threading.Event
+    ) -> None:
         futures = [
             self._pool.submit(
                 _post, f"{url}/bridge/receive_weights", {"tensors": specs}, self.api_key, self.timeout
@@ -256,10 +262,13 @@ class WeightBroadcaster:
         ]
         errors = []
         try:
-            for bucket in buckets:
-                broadcast(self.group, bucket)
+            with torch.no_grad():
+                for tensor in tensors:
+                    broadcast(self.group, tensor.to(self.device).contiguous())  # a view where it can be
         except RuntimeError as exc:  # the collective failed: a member went away (gloo: "Connection reset")
             errors.append(f"broadcast: {exc}")
+        finally:
+            sent.set()
         errors += [f"{url}: {f.exception()}" for url, f in zip(self.root_urls, futures, strict=True)
                    if f.exception() is not None]  # fmt: skip
         if errors:
@@ -268,7 +277,7 @@ class WeightBroadcaster:
     def abandon(self) -> None:
         """Drop the group without waiting for a hand-off in flight (a member died: it would never end);
         an unfinished transfer ends with the group's timeout at the latest."""
-        self.group, self._pending = None, None
+        self.group, self._pending, self._sent = None, None, None
         self._transfer_pool.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=False, cancel_futures=True)
 

@@ -15,6 +15,7 @@ import torch
 from atroposlib.testing.api_process import free_port
 from example_trainer.demo.heldout_eval import load_causal_lm
 from example_trainer.grpo.config import TrainingConfig
+from example_trainer.grpo.inference_sync import InferenceSync
 from example_trainer.grpo.launcher import build_parser, main
 from example_trainer.grpo.loop import train
 from example_trainer.inference.server_lifetime import ServerPidFile
@@ -73,6 +74,28 @@ def test_every_synchronisation_serves_the_trained_weights(mode, api, tiny_model_
     with torch.no_grad():
         logp = torch.log_softmax(final(torch.tensor([PROMPT + ids])).logits[0], dim=-1)
     assert [float(logp[len(PROMPT) - 1 + i, t]) for i, t in enumerate(ids)] == pytest.approx(served, abs=1e-5)
+
+
+def test_a_background_broadcast_holds_each_optimizer_step_until_the_weights_are_sent(
+    api, tiny_model_dir, tmp_path, monkeypatch
+):
+    """--weight-broadcast-async sends the parameters themselves: every optimizer step first waits for the
+    hand-off in flight (none before the first); the end waits until the server serves the final weights."""
+    waits: list[bool] = []
+    original = InferenceSync.wait_until_sent
+
+    def recorded(self):
+        waits.append(self.broadcaster is not None)
+        original(self)
+
+    monkeypatch.setattr(InferenceSync, "wait_until_sent", recorded)
+    cfg = _config(
+        tiny_model_dir, api.url, tmp_path / "ck", refresh_mode="broadcast", weight_broadcast_async=True
+    )
+    post_groups(api.url, 6, seed=0)
+    result = train(cfg)
+    assert result.step == 3 and waits == [False, True, True]
+    assert "train/refresh_s" in result.history[-1]
 
 
 def test_a_broadcast_after_the_server_died_reaches_the_restarted_server(api, tiny_model_dir, tmp_path):
