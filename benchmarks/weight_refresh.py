@@ -58,8 +58,12 @@ def _timed(label: str, results: dict[str, list[float]], fn, expect: list[float],
 
 
 def run(args: argparse.Namespace) -> dict[str, list[float]]:
+    with tempfile.TemporaryDirectory(prefix="weight-refresh-bench-") as tmp:
+        return _run_in(Path(tmp), args)
+
+
+def _run_in(work: Path, args: argparse.Namespace) -> dict[str, list[float]]:
     base = build_tiny_model()
-    work = Path(tempfile.mkdtemp(prefix="weight-refresh-bench-"))
     ckpts = [make_checkpoint(base, work / f"step_{i}", seed=i) for i in (1, 2)]
     adapters = [make_adapter(base, work / f"adapter_step_{i}", seed=10 + i) for i in (1, 2)]
     ref_ckpt = {str(p): hf_prompt_logprobs(p) for p in [base, *ckpts]}
