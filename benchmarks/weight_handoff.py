@@ -7,6 +7,8 @@ state in this process:
 
 * ``step``: one optimizer step (forward, backward, clip, AdamW) on ``--batch`` x ``--seq`` random tokens,
   the baseline every figure is divided by;
+* ``copy floor``: one copy of the weights into memory already allocated, the least a hand-off between two
+  copies of the weights can cost;
 * ``checkpoint`` (before): what the trainer did at every refresh, writing the full checkpoint (weights,
   optimizer state, RNG) and waiting for the server's in-place reload of it (``/bridge/update_weights``);
 * ``broadcast`` (after, ``--refresh-mode broadcast``): the weights sent over a gloo group into the server,
@@ -83,6 +85,24 @@ def _config(model_dir: Path, work: Path, **kw: Any) -> Any:
     )  # fmt: skip
 
 
+def _copy_time(model: Any, repeats: int) -> float:
+    """The median seconds of one copy of ``model``'s weights into memory already allocated: the least any
+    hand-off between two copies of the weights costs on this machine."""
+    from example_trainer.inference.weight_broadcast import unique_named_tensors
+
+    named = unique_named_tensors(model)
+    spare = [torch.empty_like(t) for _, t in named]
+    for target, (_, t) in zip(spare, named, strict=True):
+        target.copy_(t)  # first touch of the new pages, not timed
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for target, (_, t) in zip(spare, named, strict=True):
+            target.copy_(t)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def _checkpoint(
     trainer: _Trainer, tokenizer: Any, config: Any, url: str, repeats: int, diffs: list[float]
 ) -> float:
@@ -156,6 +176,7 @@ def _own_weights(model_dir: Path, work: Path, batch: int, seq: int, repeats: int
         manager.start(str(model_dir))
         trainer.step()  # warm-up (allocates the optimizer state)
         out["step_s"] = statistics.median(trainer.step() for _ in range(repeats))
+        out["copy_floor_s"] = _copy_time(model, repeats)
         out["checkpoint_s"] = _checkpoint(trainer, tokenizer, config, manager.root_url, repeats, diffs)
         _broadcast(trainer, manager.root_url, repeats, out, diffs)
     out["max_logprob_diff"] = max(diffs)
@@ -192,7 +213,15 @@ def measure_shape(shape: str, work: Path, batch: int, seq: int, repeats: int) ->
     worst = max(out["max_logprob_diff"], out["shared_max_logprob_diff"])
     assert worst < TOLERANCE, f"served logprobs differ by {worst}"
     out["shared_lost_s"] = 0.0  # nothing is handed off
-    for key in ("checkpoint_s", "broadcast_s", "broadcast_sent_s", "broadcast_async_lost_s", "shared_lost_s"):
+    keys = (
+        "copy_floor_s",
+        "checkpoint_s",
+        "broadcast_s",
+        "broadcast_sent_s",
+        "broadcast_async_lost_s",
+        "shared_lost_s",
+    )
+    for key in keys:
         out[key.removesuffix("_s") + "_pct_of_step"] = 100 * out[key] / out["step_s"]
     return out
 
@@ -213,6 +242,7 @@ def format_row(r: dict[str, Any]) -> str:
 
     return " | ".join([
         f"{r['shape']:<13} {r['parameters'] / 1e6:7.1f} M  step {r['step_s']:7.2f} s ({r['tokens_per_step']} tok)",
+        cost("one copy", "copy_floor"),
         cost("checkpoint", "checkpoint"),
         cost("broadcast", "broadcast") + f" (sent after {r['broadcast_sent_s']:.3f} s)",
         cost("async lost", "broadcast_async_lost") + f" (overlapped step {r['overlapped_step_s']:.2f} s)",

@@ -24,7 +24,14 @@ def test_the_hand_off_benchmark_measures_every_mode_and_checks_each_hand_off(tmp
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = json.loads(out.read_text())
     assert row["shape"] == "tiny" and row["tokens_per_step"] == 4 * 128
-    for mode in ("checkpoint", "broadcast", "broadcast_sent", "broadcast_async_lost", "shared_lost"):
+    for mode in (
+        "copy_floor",
+        "checkpoint",
+        "broadcast",
+        "broadcast_sent",
+        "broadcast_async_lost",
+        "shared_lost",
+    ):
         assert row[f"{mode}_s"] >= 0 and f"{mode}_pct_of_step" in row
     assert row["broadcast_sent_s"] <= row["broadcast_s"]
     assert row["max_logprob_diff"] < 1e-5 and row["shared_max_logprob_diff"] < 1e-5
