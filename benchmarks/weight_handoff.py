@@ -33,23 +33,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import requests
 import torch
+
+from example_trainer.inference.served_logprobs import served_vs_model
 
 PROMPT = [5, 17, 29, 41, 53, 65, 77]
 TOLERANCE = 1e-5
 
 
 def _served_diff(url: str, model: Any) -> float:
-    body = {"prompt": {"prompt_token_ids": PROMPT}, "max_tokens": 4, "temperature": 0, "logprobs": 0}
-    reply = requests.post(f"{url}/generate", json=body, timeout=600).json()
-    ids = reply["token_ids"][0]
-    served = [float(next(iter(pos[0].values()))) for pos in reply["logprobs"][0]]
-    with torch.no_grad():
-        logp = torch.log_softmax(model(torch.tensor([PROMPT + ids])).logits[0].float(), dim=-1)
-    return max(
-        abs(float(logp[len(PROMPT) - 1 + i, t]) - s) for i, (t, s) in enumerate(zip(ids, served, strict=True))
-    )
+    return served_vs_model(url, model, PROMPT, max_tokens=4, timeout=600)[0]
 
 
 class _Trainer:

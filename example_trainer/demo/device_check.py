@@ -193,23 +193,11 @@ class SyncCheck:
         self.device_peak = 0
 
     def __call__(self, step: int, model: Any, urls: list[str]) -> dict[str, float]:
-        import requests
         import torch
 
-        body = {"prompt": {"prompt_token_ids": self.prompt}, "max_tokens": 6, "temperature": 0, "logprobs": 0}
-        reply = requests.post(f"{urls[0]}/generate", json=body, timeout=120)
-        reply.raise_for_status()
-        data = reply.json()
-        ids = data["token_ids"][0]
-        served = [float(next(iter(pos[0].values()))) for pos in data["logprobs"][0]]
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
-            logits = model(torch.tensor([self.prompt + ids], device=self.device)).logits[0].float()
-        model.train(was_training)
-        logp = torch.log_softmax(logits, dim=-1)
-        mine = [float(logp[len(self.prompt) - 1 + i, t]) for i, t in enumerate(ids)]
-        diff = max(abs(a - b) for a, b in zip(mine, served, strict=True))
+        from example_trainer.inference.served_logprobs import served_vs_model
+
+        diff, _, served = served_vs_model(urls[0], model, self.prompt, max_tokens=6, device=self.device)
         self.diffs.append(diff)
         self.first_logprobs.append(served[0])
         # The server has loaded the newest checkpoint: older ones only fill the disk (a 0.5B model with

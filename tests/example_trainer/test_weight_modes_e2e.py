@@ -9,8 +9,6 @@ import signal
 from pathlib import Path
 
 import pytest
-import requests
-import torch
 
 from atroposlib.testing.api_process import free_port
 from example_trainer.demo.heldout_eval import load_causal_lm
@@ -18,6 +16,7 @@ from example_trainer.grpo.config import TrainingConfig
 from example_trainer.grpo.inference_sync import InferenceSync
 from example_trainer.grpo.launcher import build_parser, main
 from example_trainer.grpo.loop import train
+from example_trainer.inference import served_logprobs
 from example_trainer.inference.server_lifetime import ServerPidFile
 from tests.helpers.trainer import post_groups
 
@@ -38,15 +37,9 @@ def _config(tiny_model_dir, api_url, save_path, **kw) -> TrainingConfig:
 
 def served_vs_model(step: int, model, urls: list[str]) -> dict[str, float]:
     """Largest difference between the server's logprobs of its greedy continuation and the model's."""
-    body = {"prompt": {"prompt_token_ids": PROMPT}, "max_tokens": 4, "temperature": 0, "logprobs": 0}
-    reply = requests.post(f"{urls[0]}/generate", json=body, timeout=60).json()
-    ids = reply["token_ids"][0]
-    served = [float(next(iter(pos[0].values()))) for pos in reply["logprobs"][0]]
-    with torch.no_grad():
-        logp = torch.log_softmax(model(torch.tensor([PROMPT + ids])).logits[0].float(), dim=-1)
-    mine = [float(logp[len(PROMPT) - 1 + i, t]) for i, t in enumerate(ids)]
+    diff, ids, served = served_logprobs.served_vs_model(urls[0], model, PROMPT, max_tokens=4)
     LAST_REPLY[:] = [ids, served]
-    return {"max_abs_diff": max(abs(a - b) for a, b in zip(mine, served, strict=True)), "first": served[0]}
+    return {"max_abs_diff": diff, "first": served[0]}
 
 
 @pytest.mark.parametrize("mode", ["shared_vllm", "broadcast", "broadcast_async"])
@@ -71,9 +64,7 @@ def test_every_synchronisation_serves_the_trained_weights(mode, api, tiny_model_
     # ... and it holds the weights the server served last (in shared_vllm: views of the server's tensors).
     final, _ = load_causal_lm(tmp_path / "ck" / "final_model")
     ids, served = LAST_REPLY
-    with torch.no_grad():
-        logp = torch.log_softmax(final(torch.tensor([PROMPT + ids])).logits[0], dim=-1)
-    assert [float(logp[len(PROMPT) - 1 + i, t]) for i, t in enumerate(ids)] == pytest.approx(served, abs=1e-5)
+    assert served_logprobs.model_logprobs(final, PROMPT, ids) == pytest.approx(served, abs=1e-5)
 
 
 def test_a_background_broadcast_holds_each_optimizer_step_until_the_weights_are_sent(

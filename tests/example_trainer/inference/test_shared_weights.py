@@ -22,6 +22,7 @@ from atroposlib.testing.api_process import free_port
 from atroposlib.testing.tiny_model import build_tiny_model
 from atroposlib.utils.processes import read_tail, stop_process, wait_until_ok
 from example_trainer.demo.heldout_eval import load_causal_lm
+from example_trainer.inference.served_logprobs import model_logprobs, served_greedy_logprobs
 from example_trainer.inference.shared_weights import (
     SharedWeightsError,
     attach_manifest,
@@ -68,24 +69,9 @@ def shared_server(model_dir, tmp_path_factory):
     stop_process(proc, 10, process_group=True)
 
 
-def server_logprobs(url: str, prompt: list[int] = PROMPT, tokens: int = 6) -> tuple[list[int], list[float]]:
-    """Greedy continuation of ``prompt`` and the server's logprob of each generated token."""
-    reply = requests.post(
-        f"{url}/generate",
-        json={"prompt": {"prompt_token_ids": prompt}, "max_tokens": tokens, "temperature": 0, "logprobs": 0},
-        timeout=60,
-    )
-    reply.raise_for_status()
-    body = reply.json()
-    ids = body["token_ids"][0]
-    return ids, [float(next(iter(pos[0].values()))) for pos in body["logprobs"][0]]
-
-
-def model_logprobs(model, prompt: list[int], completion: list[int]) -> list[float]:
-    ids = torch.tensor([prompt + completion])
-    with torch.no_grad():
-        logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
-    return [float(logp[len(prompt) - 1 + i, tok]) for i, tok in enumerate(completion)]
+def server_logprobs(url: str) -> tuple[list[int], list[float]]:
+    """Greedy continuation of :data:`PROMPT` and the server's logprob of each generated token."""
+    return served_greedy_logprobs(url, PROMPT, max_tokens=6, timeout=60)
 
 
 def _mapped(pid: int, paths: set[str]) -> tuple[int, int, list[tuple[int, int]]]:

@@ -34,6 +34,7 @@ class _ReceivingServer:
     def __init__(self, delay: float = 0.0, refuse: bool = False) -> None:
         self.receiver = WeightReceiver()
         self.received: list[dict[str, torch.Tensor]] = []
+        self.delay, self.refuse = delay, refuse
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,7 +64,6 @@ class _ReceivingServer:
             def log_message(self, *args) -> None:
                 pass
 
-        self.delay, self.refuse = delay, refuse
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
