@@ -263,8 +263,8 @@ class WeightBroadcaster:
         errors = []
         try:
             with torch.no_grad():
-                for tensor in tensors:
-                    broadcast(self.group, tensor.to(self.device).contiguous())  # a view where it can be
+                for tensor in tensors:  # no copy, unless gloo stages a GPU tensor through CPU memory
+                    broadcast(self.group, tensor.to(self.device).contiguous())
         except RuntimeError as exc:  # the collective failed: a member went away (gloo: "Connection reset")
             errors.append(f"broadcast: {exc}")
         finally:
